@@ -1,0 +1,99 @@
+package throttle
+
+import "time"
+
+// AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope
+// (DESIGN rule 8): the delay follows latency / TargetConcurrency.
+type AutoThrottleConfig struct {
+	// Enabled turns AutoThrottle on. Default false.
+	Enabled bool
+	// StartDelay is the delay before the first response; the scope starts at
+	// max(Delay, StartDelay). Default 5s.
+	StartDelay time.Duration
+	// MaxDelay caps the AutoThrottle delay. Default 60s.
+	MaxDelay time.Duration
+	// TargetConcurrency is the average number of requests the scope should
+	// have in flight at the server. Default 1.0. Must be > 0.
+	TargetConcurrency float64
+}
+
+// DefaultAutoThrottleConfig returns Scrapy's AUTOTHROTTLE_* defaults, off.
+func DefaultAutoThrottleConfig() AutoThrottleConfig {
+	return AutoThrottleConfig{StartDelay: 5 * time.Second, MaxDelay: time.Minute, TargetConcurrency: 1}
+}
+
+func (c AutoThrottleConfig) validate(prefix string) error {
+	if err := checkDuration(prefix+".StartDelay", c.StartDelay); err != nil {
+		return err
+	}
+	if err := checkDuration(prefix+".MaxDelay", c.MaxDelay); err != nil {
+		return err
+	}
+	if err := checkFloat(prefix+".TargetConcurrency", c.TargetConcurrency); err != nil {
+		return err
+	}
+	if c.TargetConcurrency <= 0 {
+		return &ConfigError{prefix + ".TargetConcurrency", "must be > 0"}
+	}
+	return nil
+}
+
+// autoThrottle holds the learned AutoThrottle delay of one scope.
+type autoThrottle struct {
+	delay time.Duration
+	seen  bool // a response adjusted the delay
+}
+
+// configure (re)starts the delay at max(Delay, StartDelay) until a
+// response has been seen, and keeps it within the new bounds after.
+func (a *autoThrottle) configure(cfg ScopeConfig) {
+	if !a.seen {
+		a.delay = max(cfg.Delay, cfg.AutoThrottle.StartDelay)
+	}
+	a.delay = min(max(a.delay, cfg.Delay), max(cfg.AutoThrottle.MaxDelay, cfg.Delay))
+}
+
+// current is the AutoThrottle delay, 0 when AutoThrottle is off.
+func (a *autoThrottle) current(cfg ScopeConfig) time.Duration {
+	if !cfg.AutoThrottle.Enabled {
+		return 0
+	}
+	return a.delay
+}
+
+// learned reports whether the delay differs from where it starts.
+func (a *autoThrottle) learned(cfg ScopeConfig) bool {
+	return cfg.AutoThrottle.Enabled && a.seen && a.delay != max(cfg.Delay, cfg.AutoThrottle.StartDelay)
+}
+
+// onFeedback applies Scrapy's _adjust_delay to one response:
+//
+//	target = latency / TargetConcurrency
+//	new    = max(target, (old + target) / 2)
+//	new    = clamp(new, Delay, MaxDelay)
+//
+// and a response other than 200 may raise the delay, never lower it.
+// Transport errors carry no latency and change nothing (Scrapy only
+// adjusts on downloaded responses).
+func (a *autoThrottle) onFeedback(cfg ScopeConfig, fb *Feedback) {
+	if fb.Status == 0 || fb.NoAdjust {
+		return
+	}
+	a.delay = autoThrottleDelay(cfg, a.delay, fb.Latency, fb.Status)
+	a.seen = true
+}
+
+// autoThrottleDelay is the rule itself, a pure function for table tests.
+func autoThrottleDelay(cfg ScopeConfig, old, latency time.Duration, status int) time.Duration {
+	target := scaleDuration(max(latency, 0), 1/cfg.AutoThrottle.TargetConcurrency)
+	mean := old/2 + target/2 // (old+target)/2 without overflow
+	if sum := old + target; sum >= old {
+		mean = sum / 2
+	}
+	nd := max(target, mean)
+	nd = min(max(nd, cfg.Delay), max(cfg.AutoThrottle.MaxDelay, cfg.Delay))
+	if status != 200 && nd <= old {
+		return old
+	}
+	return nd
+}

@@ -1,0 +1,271 @@
+package throttle
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// BackoffConfig configures how a scope reacts to backoff signals (DESIGN
+// rule 9): 429, 5xx overload statuses and transport timeouts.
+//
+// The rule, per scope:
+//
+//   - A signal multiplies the delay in effect by Factor (from a zero delay
+//     the first step is MinDelay), never above MaxDelay. Only requests
+//     started after the previous step count: responses to requests sent at
+//     the old rate were already answered by that step, so a burst of 429s
+//     from in-flight requests is one step, not ten (TCP's one reduction per
+//     round trip).
+//   - A timeout on a scope with more than one slot first lowers the
+//     concurrency by ConcurrencyFactor (never below 1), then the delay.
+//   - Recovery is a bisection: a full Window with responses and no signal
+//     proves the current delay safe; the delay then moves halfway toward the
+//     highest delay that drew a signal (or toward the configured delay when
+//     none did), and a signal while probing below the lowest safe delay
+//     returns there rather than doubling. The scope thus settles just above
+//     what the server tolerates instead of ping-ponging. Once the delay is
+//     within MinDelay of the configured delay, backoff is over. After ten
+//     settled windows the bad bound is forgotten, so a server that became
+//     more lenient is probed again.
+//   - Outages: when signals persist after the delay grew by Factor² (the
+//     server fails whatever the rate: a 503 storm, not a rate limit), the
+//     scope sends one probe per OutageProbe, and the first response that is
+//     not a signal returns it to the delay it had before the episode. If
+//     that return draws signals again, the episode is a rate limit after
+//     all and plain doubling continues. This keeps a storm to a handful of
+//     requests and recovers within one probe of its end, where doubling to
+//     MaxDelay would take minutes to notice.
+//
+// Server-given waits (Retry-After, RateLimit headers) gate the scope on top
+// of one step, capped at MaxDelay. Backoff only ever tightens: the delay is
+// never below the configured one, the concurrency never above it.
+type BackoffConfig struct {
+	// Enabled turns backoff on. Default true.
+	Enabled bool
+	// Statuses are the response statuses that are backoff signals.
+	// Default DefaultBackoffStatuses.
+	Statuses []int
+	// Factor multiplies the delay at each signal. Default 2. Must be >= 1.
+	Factor float64
+	// MinDelay is the first step from a zero delay, and the distance from
+	// the configured delay at which recovery ends. Default 1s.
+	MinDelay time.Duration
+	// MaxDelay caps the backoff delay and server-given waits. Default 300s.
+	MaxDelay time.Duration
+	// Jitter replaces the scope's Jitter while backing off. Default ±10 %.
+	Jitter Jitter
+	// ConcurrencyFactor multiplies the concurrency at a timeout, on scopes
+	// with Concurrency > 1. Default 0.5 (Scrapy's
+	// BACKOFF_CONCURRENCY_FACTOR). Must be in (0, 1]; 1 turns it off.
+	ConcurrencyFactor float64
+	// OutageProbe is the interval of probes during an outage. Default 60s.
+	// Zero turns outage detection off (plain exponential backoff).
+	OutageProbe time.Duration
+	// RedirectMaxDelay caps a Retry-After on a 3xx response, which delays
+	// the redirect's next hop (RFC 9110 10.2.3). Default 60s.
+	RedirectMaxDelay time.Duration
+}
+
+// DefaultBackoffConfig returns the backoff defaults of DESIGN rule 9.
+func DefaultBackoffConfig() BackoffConfig {
+	return BackoffConfig{
+		Enabled:           true,
+		Statuses:          slices.Clone(DefaultBackoffStatuses),
+		Factor:            2,
+		MinDelay:          time.Second,
+		MaxDelay:          300 * time.Second,
+		Jitter:            SymmetricJitter(0.1),
+		ConcurrencyFactor: 0.5,
+		OutageProbe:       time.Minute,
+		RedirectMaxDelay:  time.Minute,
+	}
+}
+
+func (c BackoffConfig) validate(prefix string, delay time.Duration) error {
+	f := func(n string) string { return prefix + "." + n }
+	for _, st := range c.Statuses {
+		if st < 100 || st > 999 {
+			return &ConfigError{f("Statuses"), fmt.Sprintf("%d is not an HTTP status", st)}
+		}
+	}
+	if err := checkFloat(f("Factor"), c.Factor); err != nil {
+		return err
+	}
+	if c.Factor < 1 {
+		return &ConfigError{f("Factor"), "must be >= 1"}
+	}
+	for _, d := range []struct {
+		n string
+		v time.Duration
+	}{{"MinDelay", c.MinDelay}, {"MaxDelay", c.MaxDelay}, {"OutageProbe", c.OutageProbe}, {"RedirectMaxDelay", c.RedirectMaxDelay}} {
+		if err := checkDuration(f(d.n), d.v); err != nil {
+			return err
+		}
+	}
+	if c.MaxDelay < c.MinDelay {
+		return &ConfigError{f("MaxDelay"), "must be >= MinDelay"}
+	}
+	if err := c.Jitter.validate(f("Jitter")); err != nil {
+		return err
+	}
+	if err := checkFloat(f("ConcurrencyFactor"), c.ConcurrencyFactor); err != nil {
+		return err
+	}
+	if c.ConcurrencyFactor <= 0 || c.ConcurrencyFactor > 1 {
+		return &ConfigError{f("ConcurrencyFactor"), "must be in (0, 1]"}
+	}
+	return nil
+}
+
+// settleForget is how many settled quiet windows make backoff forget the
+// delay that drew a signal and probe lower again.
+const settleForget = 10
+
+// backoff is the learned backoff state of one scope.
+type backoff struct {
+	delay       time.Duration // backoff delay; 0 when not backing off
+	concurrency int           // reduced concurrency; 0 when not reduced
+
+	bad      time.Duration // highest delay that drew a rate signal this episode
+	safe     time.Duration // lowest delay proven safe by a quiet window
+	base     time.Duration // the delay in effect when the episode began
+	lastStep time.Time     // when the delay or concurrency last stepped up
+	stepped  bool
+	outage   bool // probing an outage
+	outaged  bool // this episode already had an outage; don't detect again
+	settled  int  // quiet windows spent settled just above bad
+
+	win        time.Time // start of the current window
+	winSet     bool
+	winSignals int
+	winOK      int
+}
+
+func (b *backoff) configure(cfg ScopeConfig) {
+	if !cfg.Backoff.Enabled {
+		*b = backoff{}
+		return
+	}
+	if b.delay > 0 {
+		b.delay = min(max(b.delay, cfg.Backoff.MinDelay), cfg.Backoff.MaxDelay)
+	}
+	if b.concurrency >= cfg.Concurrency {
+		b.concurrency = 0
+	}
+}
+
+func (b *backoff) isSignalStatus(cfg ScopeConfig, status int) bool {
+	return cfg.Backoff.Enabled && status != 0 && slices.Contains(cfg.Backoff.Statuses, status)
+}
+
+func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.bad > 0 }
+
+// onSignal applies one backoff signal. eff is the delay in effect, conc the
+// concurrency in effect, started when the signalling request started.
+func (b *backoff) onSignal(now time.Time, cfg ScopeConfig, started time.Time, eff time.Duration, timeout bool, conc int) {
+	bc := cfg.Backoff
+	if !bc.Enabled {
+		return
+	}
+	b.winSignals++
+	if b.stepped && started.Before(b.lastStep) {
+		return // sent before the last step: already answered
+	}
+	if b.delay == 0 && b.concurrency == 0 { // a new episode
+		*b = backoff{win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
+	}
+	b.lastStep, b.stepped = now, true
+	b.settled = 0
+	if timeout && conc > 1 && bc.ConcurrencyFactor < 1 {
+		b.concurrency = max(1, int(float64(conc)*bc.ConcurrencyFactor))
+		return
+	}
+	if b.safe > 0 && eff >= b.safe {
+		b.safe = 0 // the safe delay isn't safe any more
+	}
+	threshold := scaleDuration(max(b.base, bc.MinDelay), bc.Factor*bc.Factor)
+	switch {
+	case b.outage:
+		// still down: keep probing
+	case bc.OutageProbe > 0 && !b.outaged && eff >= threshold && bc.Factor > 1:
+		b.outage, b.outaged = true, true
+		b.bad = 0 // these signals say nothing about the rate
+	default:
+		b.bad = max(b.bad, eff)
+	}
+	var next time.Duration
+	switch {
+	case b.outage:
+		next = max(bc.OutageProbe, eff)
+	case eff == 0:
+		next = bc.MinDelay
+	default:
+		next = max(scaleDuration(eff, bc.Factor), bc.MinDelay)
+		if b.safe > eff {
+			next = min(next, b.safe) // bisection: back to the last safe delay
+		}
+	}
+	b.delay = min(max(next, b.delay), bc.MaxDelay)
+}
+
+// onSuccess notes a response that is not a signal.
+func (b *backoff) onSuccess(now time.Time) {
+	b.winOK++
+	if b.outage {
+		// The server answers again: back to the delay before the episode.
+		b.outage = false
+		b.delay = b.base
+		b.safe = 0
+		b.lastStep = now
+	}
+}
+
+// tick processes the windows that ended before now. base is the scope's
+// delay without backoff, the floor recovery returns to.
+func (b *backoff) tick(now time.Time, cfg ScopeConfig, base time.Duration) {
+	if !cfg.Backoff.Enabled {
+		return
+	}
+	if !b.winSet {
+		b.win, b.winSet = now, true
+		return
+	}
+	w := cfg.Window
+	if now.Sub(b.win) < w {
+		return
+	}
+	if b.winSignals == 0 && b.winOK > 0 {
+		b.recover(cfg, base)
+	}
+	b.win = b.win.Add(now.Sub(b.win) / w * w)
+	b.winSignals, b.winOK = 0, 0
+}
+
+// recover takes one step back after a quiet window.
+func (b *backoff) recover(cfg ScopeConfig, base time.Duration) {
+	if b.concurrency > 0 {
+		b.concurrency = (b.concurrency + cfg.Concurrency + 1) / 2
+		if b.concurrency >= cfg.Concurrency {
+			b.concurrency = 0
+		}
+	}
+	if b.delay == 0 || b.outage {
+		return
+	}
+	b.safe = b.delay
+	floor := max(base, b.bad)
+	if b.bad > base && b.delay-b.bad <= max(b.delay/20, time.Millisecond) {
+		// settled just above what drew a signal; stay, probe later
+		if b.settled++; b.settled >= settleForget {
+			b.bad, b.settled = 0, 0
+		}
+		return
+	}
+	next := floor + (b.delay-floor)/2
+	if next-base < cfg.Backoff.MinDelay && b.bad <= base {
+		b.delay, b.bad, b.safe, b.outaged = 0, 0, 0, false
+		return
+	}
+	b.delay = next
+}

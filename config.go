@@ -1,0 +1,249 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Config holds the tunables of a ThrottlingManager. Start from
+// DefaultConfig and change what you need: a field set to zero means zero
+// (Delay 0 is no delay), never "the default". New validates it.
+type Config struct {
+	// Default is the configuration of every scope that has no entry in
+	// Scopes and that ScopeConfigFunc does not configure.
+	Default ScopeConfig
+	// Scopes configures scopes by exact key. Each entry is a whole
+	// ScopeConfig: copy Default and change fields, so that the others keep
+	// their defaults. A scope configured here or by ScopeConfigFunc is
+	// "explicit": its settings win over robots.txt (rule 11).
+	Scopes map[string]ScopeConfig
+	// ScopeConfigFunc, if not nil, computes the configuration of scopes not
+	// in Scopes (pattern rules such as "*.example.com"). It gets the scope
+	// key and a copy of Default; ok=false means "use Default". It is called
+	// once when a scope is first seen (again after the scope was forgotten
+	// for idleness), may run concurrently, and its result is validated
+	// then: an invalid one makes Acquire fail with a *ConfigError.
+	ScopeConfigFunc func(scope string, def ScopeConfig) (cfg ScopeConfig, ok bool)
+
+	// GlobalConcurrency caps permits held at once across all scopes.
+	// Default 16. Must be >= 1.
+	GlobalConcurrency int
+
+	// Scoper maps requests to scopes. Nil means HostScope.
+	Scoper Scoper
+	// Feedback turns responses into Feedback. Nil means DefaultFeedback.
+	Feedback FeedbackFunc
+	// NewScopeManager makes the ScopeManager of every scope whose
+	// ScopeConfig.NewManager is nil. Nil means NewDefaultScopeManager.
+	NewScopeManager ScopeManagerFactory
+
+	// Clock is the time source. Nil means the real clock.
+	Clock Clock
+	// Logger receives warnings and, at Debug level, each adjustment.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+	// JitterSeed, when not zero, seeds each scope's random source from
+	// the seed and the scope key, so jitter is reproducible in tests.
+	// Zero means unseeded randomness. Default 0.
+	JitterSeed uint64
+
+	// IdleTimeout is how long a scope with no permits, no waiters and
+	// nothing learned is kept before it is forgotten. Default 5m.
+	IdleTimeout time.Duration
+	// LearnedIdleTimeout is how long an idle scope that has learned state
+	// (a raised delay, a backoff level, a rampup level) is kept. Default 1h.
+	// Must be >= IdleTimeout.
+	LearnedIdleTimeout time.Duration
+
+	// DelayedWarnThreshold: the first time this many callers wait at once,
+	// a warning is logged. Default 500. Zero turns the warning off.
+	DelayedWarnThreshold int
+}
+
+// ScopeConfig configures one scope. DefaultConfig().Default holds the
+// defaults named on each field.
+type ScopeConfig struct {
+	// Concurrency is how many permits the scope admits at once. Default 1.
+	Concurrency int
+	// Delay is the least time between two consecutive request starts in
+	// the scope, before jitter. Default 1s.
+	Delay time.Duration
+	// SlotDelay is the least time between two starts in the same slot.
+	// Default 1s.
+	SlotDelay time.Duration
+	// Jitter randomises each start's Delay by a factor drawn once per
+	// start from [1+Jitter.Min, 1+Jitter.Max]. Default ±50 %.
+	Jitter Jitter
+
+	// Quota caps the cost admitted per Window; 0 means no quota. Default 0.
+	Quota int64
+	// Window is the period over which quotas reset, backoff recovers by one
+	// step and rampup counts backoff signals. Default 60s.
+	Window time.Duration
+
+	// AutoThrottle configures Scrapy's latency/N rule. Off by default.
+	AutoThrottle AutoThrottleConfig
+	// Backoff configures the reaction to backoff signals. On by default.
+	Backoff BackoffConfig
+	// Rampup configures probing for the fastest rate a server allows.
+	// Off by default.
+	Rampup RampupConfig
+
+	// IgnoreRobotsTxt makes the scope ignore robots.txt Crawl-delay and
+	// Request-rate. Default false.
+	IgnoreRobotsTxt bool
+
+	// NewManager, if not nil, makes this scope's ScopeManager instead of
+	// Config.NewScopeManager.
+	NewManager ScopeManagerFactory
+}
+
+// Jitter is a range of relative changes to a delay: a start's delay is
+// multiplied by 1+u with u drawn uniformly from [Min, Max]. The mean is
+// (Min+Max)/2, so a symmetric range keeps the configured delay on average.
+// The zero value turns jitter off. Min must be >= -1 and Max >= Min.
+type Jitter struct {
+	Min, Max float64
+}
+
+// SymmetricJitter returns the range [-f, +f].
+func SymmetricJitter(f float64) Jitter { return Jitter{Min: -f, Max: f} }
+
+// DefaultConfig returns the defaults of DESIGN rules 1-13.
+func DefaultConfig() Config {
+	return Config{
+		Default:              DefaultScopeConfig(),
+		GlobalConcurrency:    16,
+		IdleTimeout:          5 * time.Minute,
+		LearnedIdleTimeout:   time.Hour,
+		DelayedWarnThreshold: 500,
+	}
+}
+
+// DefaultScopeConfig returns the default configuration of one scope.
+func DefaultScopeConfig() ScopeConfig {
+	return ScopeConfig{
+		Concurrency:  1,
+		Delay:        time.Second,
+		SlotDelay:    time.Second,
+		Jitter:       SymmetricJitter(0.5),
+		Window:       time.Minute,
+		AutoThrottle: DefaultAutoThrottleConfig(),
+		Backoff:      DefaultBackoffConfig(),
+		Rampup:       DefaultRampupConfig(),
+	}
+}
+
+// ErrInvalidConfig is wrapped by every *ConfigError.
+var ErrInvalidConfig = errors.New("throttle: invalid config")
+
+// A ConfigError names the configuration field that is invalid and why.
+type ConfigError struct {
+	Field  string // e.g. `Scopes["api"].Delay`
+	Reason string // e.g. "must be >= 0"
+}
+
+func (e *ConfigError) Error() string { return "throttle: " + e.Field + ": " + e.Reason }
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// validate checks the manager-wide fields and every ScopeConfig.
+func (c *Config) validate() error {
+	if c.GlobalConcurrency < 1 {
+		return &ConfigError{"GlobalConcurrency", "must be >= 1"}
+	}
+	if err := checkDuration("IdleTimeout", c.IdleTimeout); err != nil {
+		return err
+	}
+	if err := checkDuration("LearnedIdleTimeout", c.LearnedIdleTimeout); err != nil {
+		return err
+	}
+	if c.LearnedIdleTimeout < c.IdleTimeout {
+		return &ConfigError{"LearnedIdleTimeout", "must be >= IdleTimeout"}
+	}
+	if c.DelayedWarnThreshold < 0 {
+		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}
+	}
+	if err := c.Default.validate("Default"); err != nil {
+		return err
+	}
+	for k, sc := range c.Scopes {
+		if k == "" {
+			return &ConfigError{`Scopes[""]`, "scope key must not be empty"}
+		}
+		if err := sc.validate("Scopes[" + strconv.Quote(k) + "]"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks one scope's configuration; prefix names it in errors.
+func (s *ScopeConfig) validate(prefix string) error {
+	f := func(name string) string { return prefix + "." + name }
+	if s.Concurrency < 1 {
+		return &ConfigError{f("Concurrency"), "must be >= 1"}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Delay", s.Delay}, {"SlotDelay", s.SlotDelay}} {
+		if err := checkDuration(f(d.name), d.v); err != nil {
+			return err
+		}
+	}
+	if err := s.Jitter.validate(f("Jitter")); err != nil {
+		return err
+	}
+	if s.Quota < 0 {
+		return &ConfigError{f("Quota"), "must be >= 0"}
+	}
+	if s.Window <= 0 {
+		return &ConfigError{f("Window"), "must be > 0"}
+	}
+	if err := s.AutoThrottle.validate(f("AutoThrottle")); err != nil {
+		return err
+	}
+	if err := s.Backoff.validate(f("Backoff"), s.Delay); err != nil {
+		return err
+	}
+	return s.Rampup.validate(f("Rampup"))
+}
+
+func (j Jitter) validate(field string) error {
+	if err := checkFloat(field+".Min", j.Min); err != nil {
+		return err
+	}
+	if err := checkFloat(field+".Max", j.Max); err != nil {
+		return err
+	}
+	if j.Min < -1 {
+		return &ConfigError{field + ".Min", "must be >= -1"}
+	}
+	if j.Max < j.Min {
+		return &ConfigError{field + ".Max", "must be >= Min"}
+	}
+	if j.Max > 100 {
+		return &ConfigError{field + ".Max", "must be <= 100"}
+	}
+	return nil
+}
+
+func checkDuration(field string, d time.Duration) error {
+	if d < 0 {
+		return &ConfigError{field, "must be >= 0"}
+	}
+	return nil
+}
+
+func checkFloat(field string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return &ConfigError{field, fmt.Sprintf("must be a finite number, not %v", v)}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// Feedback is what one response, or one transport error, tells the scopes of
+// the request that produced it. A FeedbackFunc builds it at Release; the
+// manager fills Latency when the FeedbackFunc left it zero, then hands it to
+// each scope's ScopeManager.OnFeedback.
+type Feedback struct {
+	// Latency is how long the server took: connection obtained to first
+	// response byte through the Transport; Acquire's return to Release for
+	// manual callers who don't report one.
+	Latency time.Duration
+	// Status is the response's status code; 0 when there was no response.
+	Status int
+	// Err is the transport error, if any.
+	Err error
+	// Size is the response's size in bytes when known (Content-Length),
+	// else -1. Used only for logging.
+	Size int64
+
+	// Backoff marks a backoff signal: the server says, or shows, that it is
+	// overloaded or rate limiting (DESIGN rule 9).
+	Backoff bool
+	// Timeout marks a signal that the server is saturated rather than rate
+	// limiting (a timeout, a refused or reset connection): scopes with
+	// Concurrency > 1 lower their concurrency before their delay.
+	Timeout bool
+	// BackoffScopes, when not nil, restricts Backoff and Wait to these scope
+	// keys among the request's scopes (e.g. an upstream 429 reported by a
+	// scraping API slows the target site's scope, not the API's).
+	BackoffScopes []string
+
+	// Wait is a server-given wait from the time of the feedback (Retry-After,
+	// RateLimit and X-RateLimit headers); HasWait says one was given.
+	// With Backoff it gates the scope on top of one backoff step; with
+	// Exhausted alone it gates the scope without any backoff step.
+	Wait    time.Duration
+	HasWait bool
+	// Exhausted says the headers report the quota spent (remaining 0) on a
+	// response that is not a backoff signal: gate until Wait, proactively.
+	Exhausted bool
+
+	// Quota corrects the quota counts of the request's scopes (DESIGN rule 4).
+	Quota []QuotaUse
+
+	// NoAdjust asks the learned policies (AutoThrottle, backoff, rampup) to
+	// ignore this response, like Scrapy's autothrottle_dont_adjust_delay.
+	NoAdjust bool
+}
+
+// QuotaUse corrects one scope's quota count at Release.
+type QuotaUse struct {
+	// Scope is the scope key; "" means every scope of the request.
+	Scope string
+	// Cost, when HasCost, is the request's actual cost; it replaces the cost
+	// counted at admission (e.g. from an X-Actual-Cost header).
+	Cost    int64
+	HasCost bool
+	// Remaining, when HasRemaining, is the server's count of what is left in
+	// the current window; the window's count is raised to Quota-Remaining.
+	Remaining    int64
+	HasRemaining bool
+}
+
+// appliesTo reports whether a backoff signal or wait in fb applies to scope.
+func (fb *Feedback) appliesTo(scope string) bool {
+	return fb.BackoffScopes == nil || slices.Contains(fb.BackoffScopes, scope)
+}
+
+// A FeedbackFunc turns a response, or a transport error, into Feedback. now
+// is the manager's clock at Release, against which HTTP dates are parsed.
+// It may be called concurrently. Config.Feedback nil means DefaultFeedback.
+//
+// A custom FeedbackFunc usually calls DefaultFeedback and adjusts the result,
+// e.g. to read an X-Upstream-Status header set by a scraping API.
+type FeedbackFunc func(now time.Time, resp *http.Response, err error) Feedback
+
+// DefaultBackoffStatuses are the statuses that are backoff signals unless a
+// scope's Backoff.Statuses says otherwise: 429, 502, 503, 504 and
+// Cloudflare's 520-524.
+var DefaultBackoffStatuses = []int{429, 502, 503, 504, 520, 521, 522, 523, 524}
+
+// DefaultFeedback is the FeedbackFunc used when Config.Feedback is nil.
+//
+// A response's status is reported; whether it is a backoff signal is decided
+// per scope against that scope's Backoff.Statuses (DefaultBackoffStatuses
+// unless configured), so DefaultFeedback sets Backoff only for transport
+// errors for which IsBackoffError is true. Server-given waits come from
+// ParseServerWait on the response's headers.
+func DefaultFeedback(now time.Time, resp *http.Response, err error) Feedback {
+	fb := Feedback{Size: -1, Err: err}
+	if resp != nil {
+		fb.Status = resp.StatusCode
+		fb.Size = resp.ContentLength
+		sw := ParseServerWait(resp.Header, now)
+		fb.Wait, fb.HasWait, fb.Exhausted = sw.Wait, sw.Present, sw.Exhausted
+		return fb
+	}
+	if err != nil && IsBackoffError(err) {
+		fb.Backoff = true
+		fb.Timeout = true
+	}
+	return fb
+}
+
+// IsBackoffError reports whether a transport error shows an overloaded
+// server: a timeout (net.Error.Timeout, the client's deadline), a refused or
+// reset connection, or an unexpected EOF. A request the caller cancelled
+// (context.Canceled) is not the server's fault and is not a signal.
+func IsBackoffError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+type noAdjustKey struct{}
+
+// WithoutAdjust returns a context whose requests' feedback changes nothing
+// learned (AutoThrottle, backoff, rampup): Feedback.NoAdjust is set for them.
+func WithoutAdjust(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noAdjustKey{}, true)
+}
+
+func noAdjust(ctx context.Context) bool {
+	v, _ := ctx.Value(noAdjustKey{}).(bool)
+	return v
+}

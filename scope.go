@@ -1,0 +1,455 @@
+package throttle
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// A ScopeManager is the policy of one scope: a state machine that decides
+// when the scope admits a request and learns from feedback. Every method is
+// given the time; none reads a clock, sleeps or locks. The ThrottlingManager
+// serialises calls to one ScopeManager, so implementations need no locking.
+//
+// A custom ScopeManager may wrap the default one (NewDefaultScopeManager)
+// and change what it answers.
+type ScopeManager interface {
+	// Admit tells when a request of the given cost may start. An Admission
+	// with Reason ReasonNone admits it now; one with a non-zero At is the
+	// earliest time worth asking again; one with a zero At waits for a
+	// Release (a free slot, a quota correction).
+	Admit(now time.Time, cost int64) Admission
+	// Start records a start at now that Admit allowed, and returns what
+	// Finish needs to undo it.
+	Start(now time.Time, cost int64) Ticket
+	// Finish gives a started request's slot back and learns from fb.
+	// The scope's key is the one given to the factory; fb.BackoffScopes
+	// and fb.Quota may name other scopes of the same request.
+	Finish(now time.Time, t Ticket, fb *Feedback)
+	// SetConfig replaces the scope's configuration at run time; learned
+	// state is kept where it still makes sense.
+	SetConfig(now time.Time, cfg ScopeConfig)
+	// Idle tells whether the scope can be forgotten at now.
+	Idle(now time.Time) Idleness
+}
+
+// Admission is a ScopeManager's answer to "may a request start now?".
+type Admission struct {
+	// At is the earliest time worth asking again; zero when unknown.
+	At time.Time
+	// Reason is why the request waits; ReasonNone admits it.
+	Reason Reason
+}
+
+// Ticket is what a ScopeManager gives at Start and gets back at Finish.
+type Ticket struct {
+	Slot   int       // the slot the request holds
+	Cost   int64     // the cost counted at admission
+	Window int64     // the quota window the cost was counted in
+	Start  time.Time // when the request started
+}
+
+// Idleness tells whether a scope holds anything worth keeping.
+type Idleness uint8
+
+const (
+	// Busy: permits held, or a start time, gate or window still pending.
+	Busy Idleness = iota
+	// IdleLearned: nothing pending, but learned state (a raised delay, a
+	// backoff or rampup level): kept for Config.LearnedIdleTimeout.
+	IdleLearned
+	// IdleEmpty: nothing at all: kept for Config.IdleTimeout.
+	IdleEmpty
+)
+
+// Reason says why a request waits.
+type Reason uint8
+
+// The reasons a request waits, from the scope's policy or the manager.
+const (
+	ReasonNone        Reason = iota // it may start now
+	ReasonConcurrency               // every slot of the scope is taken
+	ReasonDelay                     // the scope's delay since its last start
+	ReasonSlotDelay                 // the free slots' delay since their last start
+	ReasonGate                      // a server-given wait (Retry-After, RateLimit)
+	ReasonQuota                     // the window's quota is spent
+	ReasonRobots                    // robots.txt Crawl-delay or Request-rate
+	ReasonBackoff                   // the delay raised by backoff signals
+	ReasonGlobal                    // Config.GlobalConcurrency is reached
+	ReasonQueue                     // earlier callers wait for the same scope
+)
+
+var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate",
+	"quota", "robots", "backoff", "global concurrency", "queue"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// ScopeParams is what a ScopeManagerFactory gets for one scope.
+type ScopeParams struct {
+	Key    string      // the scope key
+	Config ScopeConfig // validated configuration
+	// Explicit reports whether Config came from Config.Scopes or
+	// Config.ScopeConfigFunc rather than Config.Default.
+	Explicit bool
+	// Rand is the scope's random source when Config.JitterSeed is set;
+	// nil means math/rand/v2's global source.
+	Rand *rand.Rand
+	// Logger is the manager's logger.
+	Logger *slog.Logger
+	// GlobalConcurrency is the manager's cap, the default cap of rampup.
+	GlobalConcurrency int
+}
+
+// A ScopeManagerFactory makes the ScopeManager of one scope.
+type ScopeManagerFactory func(p ScopeParams) ScopeManager
+
+// NewDefaultScopeManager returns the default policy: slots, delay, slot
+// delay, jitter, quota, server gates, AutoThrottle, backoff and rampup.
+//
+// How the parts combine: the delay between starts is the largest of the
+// configured Delay (or the rampup level's delay, which may be lower),
+// the robots.txt delay, the AutoThrottle delay and the backoff delay; the
+// concurrency is the smallest of the configured one (or rampup's, which may
+// be higher), robots.txt's 1 and backoff's reduced one. Server gates
+// (Retry-After and friends) are separate clocks that hold every start
+// until they pass. Jitter is drawn once per start, from Backoff.Jitter while
+// the backoff delay is the largest, else from Jitter.
+func NewDefaultScopeManager(p ScopeParams) ScopeManager {
+	s := &defaultScope{key: p.Key, rng: p.Rand, log: p.Logger, globalCap: p.GlobalConcurrency}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.setConfig(p.Config)
+	return s
+}
+
+// defaultScope is the default ScopeManager.
+type defaultScope struct {
+	key       string
+	cfg       ScopeConfig
+	rng       *rand.Rand
+	log       *slog.Logger
+	globalCap int
+
+	// admission state
+	inFlight  int
+	slots     []slot    // only when SlotDelay > 0; grows to the peak in use
+	started   bool      // a request has started
+	lastStart time.Time // the previous start in the scope
+	jitter    float64   // factor drawn at the previous start
+	gate      time.Time // no start before this (server-given wait)
+	quota     quotaWindow
+
+	// learned state, one part a file
+	robots  time.Duration // robots.txt delay (0: none)
+	auto    autoThrottle
+	backoff backoff
+	rampup  rampup
+}
+
+// slot is one of a scope's Concurrency places, tracked for SlotDelay.
+type slot struct {
+	busy bool
+	last time.Time // previous start in this slot
+}
+
+func (s *defaultScope) setConfig(cfg ScopeConfig) {
+	s.cfg = cfg
+	s.auto.configure(cfg)
+	s.backoff.configure(cfg)
+	s.rampup.configure(cfg, s.globalCap)
+}
+
+// SetConfig implements ScopeManager.
+func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
+	s.tick(now)
+	s.setConfig(cfg)
+}
+
+// SetRobotsDelay sets the delay robots.txt asks for; 0 removes it.
+func (s *defaultScope) SetRobotsDelay(d time.Duration) { s.robots = d }
+
+// tick rolls the windows of the learned parts forward to now.
+func (s *defaultScope) tick(now time.Time) {
+	s.backoff.tick(now, s.cfg, s.baseDelay())
+	s.rampup.tick(now, s.cfg)
+}
+
+// baseDelay is the delay before robots.txt, AutoThrottle and backoff.
+func (s *defaultScope) baseDelay() time.Duration {
+	if d, ok := s.rampup.delay(s.cfg); ok {
+		return d
+	}
+	return s.cfg.Delay
+}
+
+// delay returns the delay between starts now, and which part set it.
+func (s *defaultScope) delay() (time.Duration, Reason) {
+	d, why := s.baseDelay(), ReasonDelay
+	if s.robots > d && !s.cfg.IgnoreRobotsTxt {
+		d, why = s.robots, ReasonRobots
+	}
+	if a := s.auto.current(s.cfg); a > d {
+		d, why = a, ReasonDelay
+	}
+	if b := s.backoff.delay; b > d {
+		d, why = b, ReasonBackoff
+	}
+	return d, why
+}
+
+// concurrency returns how many permits the scope admits at once now.
+func (s *defaultScope) concurrency() int {
+	c := s.cfg.Concurrency
+	if rc, ok := s.rampup.concurrency(s.cfg); ok {
+		c = rc
+	}
+	if s.robots > 0 && !s.cfg.IgnoreRobotsTxt {
+		c = 1
+	}
+	if b := s.backoff.concurrency; b > 0 && b < c {
+		c = b
+	}
+	return c
+}
+
+// Admit implements ScopeManager.
+func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
+	s.tick(now)
+	if s.inFlight >= s.concurrency() {
+		return Admission{Reason: ReasonConcurrency}
+	}
+	at, why := now, ReasonNone
+	later := func(t time.Time, r Reason) {
+		if t.After(at) {
+			at, why = t, r
+		}
+	}
+	if s.started {
+		d, r := s.delay()
+		later(s.lastStart.Add(scaleDuration(d, s.jitter)), r)
+	}
+	if s.cfg.SlotDelay > 0 {
+		_, free := s.freeSlot(now)
+		later(free, ReasonSlotDelay)
+	}
+	later(s.gate, ReasonGate)
+	if s.cfg.Quota > 0 {
+		if t, ok := s.quota.admit(now, s.cfg, cost); !ok {
+			later(t, ReasonQuota)
+		}
+	}
+	if why == ReasonNone {
+		return Admission{}
+	}
+	return Admission{At: at, Reason: why}
+}
+
+// freeSlot returns the free slot that can start soonest and when: a used
+// slot whose SlotDelay has passed, else a slot never used (-1), which can
+// start at once, else the used slot that frees first.
+func (s *defaultScope) freeSlot(now time.Time) (int, time.Time) {
+	best, bestAt := -1, time.Time{}
+	for i := range s.slots {
+		if sl := &s.slots[i]; !sl.busy {
+			if at := sl.last.Add(s.cfg.SlotDelay); best < 0 || at.Before(bestAt) {
+				best, bestAt = i, at
+			}
+		}
+	}
+	if (best < 0 || bestAt.After(now)) && len(s.slots) < s.concurrency() {
+		return -1, now
+	}
+	return best, bestAt
+}
+
+// Start implements ScopeManager.
+func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
+	s.inFlight++
+	t := Ticket{Slot: -1, Cost: cost, Start: now}
+	if s.cfg.SlotDelay > 0 {
+		i, _ := s.freeSlot(now)
+		if i < 0 {
+			s.slots = append(s.slots, slot{})
+			i = len(s.slots) - 1
+		}
+		s.slots[i] = slot{busy: true, last: now}
+		t.Slot = i
+	}
+	s.started, s.lastStart = true, now
+	s.jitter = s.drawJitter()
+	if s.cfg.Quota > 0 {
+		t.Window = s.quota.add(now, s.cfg, cost)
+	}
+	return t
+}
+
+// drawJitter draws the factor applied to the delay that follows a start.
+func (s *defaultScope) drawJitter() float64 {
+	j := s.cfg.Jitter
+	if _, why := s.delay(); why == ReasonBackoff {
+		j = s.cfg.Backoff.Jitter
+	}
+	if j.Min == 0 && j.Max == 0 {
+		return 1
+	}
+	var u float64
+	if s.rng != nil {
+		u = s.rng.Float64()
+	} else {
+		u = rand.Float64()
+	}
+	return 1 + j.Min + u*(j.Max-j.Min)
+}
+
+// Finish implements ScopeManager.
+func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
+	s.tick(now)
+	if s.inFlight > 0 {
+		s.inFlight--
+	}
+	if t.Slot >= 0 && t.Slot < len(s.slots) {
+		s.slots[t.Slot].busy = false
+	}
+	if s.cfg.Quota > 0 {
+		s.quota.correct(s.key, s.cfg, t, fb)
+	}
+	s.learn(now, t, fb)
+}
+
+// learn routes feedback to the learned parts and sets server gates.
+func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
+	signal := fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(s.cfg, fb.Status))
+	if fb.HasWait && fb.appliesTo(s.key) && (signal || fb.Exhausted) {
+		s.setGate(now.Add(min(fb.Wait, s.cfg.Backoff.MaxDelay)))
+	}
+	if fb.NoAdjust {
+		return
+	}
+	old, _ := s.delay()
+	if s.cfg.Rampup.Enabled && s.rampup.onFeedback(now, s.cfg, t.Start, signal) {
+		// rampup handled the signal by stepping back to its last good level
+	} else if signal {
+		s.backoff.onSignal(now, s.cfg, t.Start, old, fb.Timeout, s.concurrency())
+	} else if fb.Err == nil {
+		s.backoff.onSuccess(now)
+	}
+	if s.cfg.AutoThrottle.Enabled {
+		s.auto.onFeedback(s.cfg, fb)
+	}
+	if nd, _ := s.delay(); nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.inFlight,
+			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
+			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
+			"signal", signal)
+	}
+}
+
+func (s *defaultScope) setGate(t time.Time) {
+	if t.After(s.gate) {
+		s.gate = t
+	}
+}
+
+// Idle implements ScopeManager.
+func (s *defaultScope) Idle(now time.Time) Idleness {
+	s.tick(now)
+	if s.inFlight > 0 || now.Before(s.gate) || s.quota.pending(now, s.cfg) {
+		return Busy
+	}
+	if s.started {
+		if d, _ := s.delay(); now.Before(s.lastStart.Add(scaleDuration(d, s.jitter))) {
+			return Busy
+		}
+	}
+	if s.auto.learned(s.cfg) || s.backoff.learned() || s.rampup.learned() || s.robots > 0 {
+		return IdleLearned
+	}
+	return IdleEmpty
+}
+
+// scaleDuration returns d*f, saturating instead of overflowing.
+func scaleDuration(d time.Duration, f float64) time.Duration {
+	if f == 1 || d == 0 {
+		return d
+	}
+	v := float64(d) * f
+	switch {
+	case v <= 0:
+		return 0
+	case v >= float64(maxDuration):
+		return maxDuration
+	}
+	return time.Duration(v)
+}
+
+const maxDuration = time.Duration(1<<63 - 1)
+
+// quotaWindow counts the cost admitted in the current quota window. The
+// first window starts at the scope's first start; later ones follow it back
+// to back, Window long each, so boundaries are exact whatever the clock's
+// origin.
+type quotaWindow struct {
+	set   bool
+	start time.Time
+	seq   int64 // which window; tickets carry it so stale corrections are dropped
+	used  int64
+}
+
+func (q *quotaWindow) roll(now time.Time, w time.Duration) {
+	if el := now.Sub(q.start); q.set && el >= w {
+		n := el / w
+		q.start = q.start.Add(n * w)
+		q.seq += int64(n)
+		q.used = 0
+	}
+}
+
+// admit reports whether cost fits the window at now, or when it ends. A
+// request larger than the whole quota is admitted into an empty window, so
+// it is never starved.
+func (q *quotaWindow) admit(now time.Time, cfg ScopeConfig, cost int64) (time.Time, bool) {
+	q.roll(now, cfg.Window)
+	if !q.set || q.used <= 0 || q.used+cost <= cfg.Quota {
+		return time.Time{}, true
+	}
+	return q.start.Add(cfg.Window), false
+}
+
+// add counts cost at a start and returns the window it was counted in.
+func (q *quotaWindow) add(now time.Time, cfg ScopeConfig, cost int64) int64 {
+	if !q.set {
+		q.set, q.start = true, now
+	}
+	q.roll(now, cfg.Window)
+	q.used += cost
+	return q.seq
+}
+
+// correct applies the quota corrections of fb that name this scope: an
+// actual cost replaces the admitted one if the window is still the same;
+// the server's remaining count raises the window's count to match.
+func (q *quotaWindow) correct(key string, cfg ScopeConfig, t Ticket, fb *Feedback) {
+	for _, u := range fb.Quota {
+		if u.Scope != "" && u.Scope != key {
+			continue
+		}
+		if u.HasCost && u.Cost >= 0 && t.Window == q.seq {
+			q.used = max(0, q.used+u.Cost-t.Cost)
+		}
+		if u.HasRemaining && u.Remaining >= 0 && u.Remaining <= cfg.Quota {
+			q.used = max(q.used, cfg.Quota-u.Remaining)
+		}
+	}
+}
+
+// pending reports whether the window still counts something at now.
+func (q *quotaWindow) pending(now time.Time, cfg ScopeConfig) bool {
+	return q.set && q.used > 0 && now.Before(q.start.Add(cfg.Window))
+}

@@ -1,0 +1,162 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/idna"
+)
+
+// MaxScopesPerRequest caps how many scopes one request may have. A Scoper or
+// WithScopes that gives more makes Acquire fail with ErrTooManyScopes.
+const MaxScopesPerRequest = 32
+
+// maxHostLen bounds a host name. DNS names are at most 253 octets; anything
+// longer cannot be fetched, so it is refused rather than kept as a scope key.
+const maxHostLen = 253
+
+// A Scope is one key a request is throttled by, with the request's cost in it.
+type Scope struct {
+	// Key names the scope: a host, a registrable domain, "api", ...
+	// It must not be empty.
+	Key string
+	// Cost is the request's quota units in this scope. Zero counts as 1: a
+	// request always costs something when admitted; report a different
+	// actual cost (zero included) in the Feedback at Release.
+	Cost int64
+}
+
+// A Scoper maps a request to the scopes it is throttled by. It must return at
+// least one scope, or an error; Acquire returns that error wrapped. A Scoper
+// may be called concurrently. Config.Scoper nil means HostScope.
+type Scoper func(req *http.Request) ([]Scope, error)
+
+// Errors returned by scopers and by Acquire for requests that cannot be scoped.
+var (
+	ErrNilRequest    = errors.New("throttle: nil request")
+	ErrNoHost        = errors.New("throttle: request URL has no host")
+	ErrInvalidHost   = errors.New("throttle: invalid host")
+	ErrNoScope       = errors.New("throttle: request has no scope")
+	ErrEmptyScopeKey = errors.New("throttle: empty scope key")
+	ErrTooManyScopes = fmt.Errorf("throttle: more than %d scopes for one request", MaxScopesPerRequest)
+	ErrNegativeCost  = errors.New("throttle: negative scope cost")
+)
+
+// HostScope is the default Scoper: one scope, the request URL's host as
+// NormalizeHost gives it.
+func HostScope(req *http.Request) ([]Scope, error) {
+	h, err := RequestHost(req)
+	if err != nil {
+		return nil, err
+	}
+	return []Scope{{Key: h}}, nil
+}
+
+// RequestHost returns the normalised host of req's URL (see NormalizeHost).
+func RequestHost(req *http.Request) (string, error) {
+	if req == nil {
+		return "", ErrNilRequest
+	}
+	if req.URL == nil {
+		return "", ErrNoHost
+	}
+	return NormalizeHost(req.URL.Host)
+}
+
+// hostProfile maps and converts like idna.Lookup, but lets through the
+// underscores and other characters that real host names carry and that a
+// crawler still has to fetch (StrictDomainName off).
+var hostProfile = idna.New(idna.MapForLookup(), idna.StrictDomainName(false))
+
+// NormalizeHost turns a URL's host (with or without port, IPv6 in brackets or
+// not) into a scope key: lower-cased, IDNA to ASCII, no trailing dot, no
+// port, IPv6 without brackets. "Bücher.example:8080" and
+// "xn--bcher-kva.example." both give "xn--bcher-kva.example". It returns
+// ErrNoHost for an empty host and ErrInvalidHost for one that is not a
+// usable host name.
+func NormalizeHost(hostport string) (string, error) {
+	h := stripPort(hostport)
+	if h == "" {
+		return "", ErrNoHost
+	}
+	if plainHost(h) {
+		return h, nil // the common case allocates nothing
+	}
+	if strings.IndexByte(h, ':') >= 0 { // IPv6 literal, possibly with a zone
+		return strings.ToLower(h), nil
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 4*maxHostLen {
+		return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
+	}
+	a, err := hostProfile.ToASCII(h)
+	if err != nil {
+		// A label IDNA refuses (e.g. a stray symbol) still names one host;
+		// keep a stable, lower-cased key instead of refusing to crawl it.
+		a = strings.ToLower(h)
+	}
+	a = strings.TrimSuffix(a, ".")
+	if a == "" || len(a) > maxHostLen {
+		return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
+	}
+	return a, nil
+}
+
+// stripPort removes a port and IPv6 brackets, like url.URL.Hostname.
+func stripPort(hostport string) string {
+	if strings.HasPrefix(hostport, "[") {
+		if i := strings.LastIndexByte(hostport, ']'); i > 0 {
+			return hostport[1:i]
+		}
+		return hostport[1:]
+	}
+	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && strings.IndexByte(hostport, ':') == i {
+		return hostport[:i]
+	}
+	return hostport
+}
+
+// plainHost reports whether h is already a normalised ASCII host name.
+func plainHost(h string) bool {
+	if len(h) > maxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+type scopesKey struct{}
+
+// WithScopes returns a context whose requests are throttled by exactly the
+// given scope keys (cost 1 each) instead of what the Scoper says. The scopes
+// persist across the redirect hops of a request made with this context.
+func WithScopes(ctx context.Context, keys ...string) context.Context {
+	s := make([]Scope, len(keys))
+	for i, k := range keys {
+		s[i] = Scope{Key: k}
+	}
+	return context.WithValue(ctx, scopesKey{}, s)
+}
+
+// WithScopeCosts is WithScopes with a cost per scope.
+func WithScopeCosts(ctx context.Context, scopes ...Scope) context.Context {
+	return context.WithValue(ctx, scopesKey{}, append([]Scope(nil), scopes...))
+}
+
+// ScopesFromContext returns the scopes attached by WithScopes or
+// WithScopeCosts, and whether there were any.
+func ScopesFromContext(ctx context.Context) ([]Scope, bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	s, ok := ctx.Value(scopesKey{}).([]Scope)
+	return s, ok
+}

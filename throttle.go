@@ -1,0 +1,673 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"hash/maphash"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A ThrottlingManager decides when each request may start. It maps a
+// request to its scopes, admits it when every scope admits it at the same
+// instant, and routes the response's feedback to each scope's ScopeManager.
+//
+// A ThrottlingManager is safe for concurrent use by multiple goroutines.
+// Waiting callers are served in arrival order per scope; waiting costs no
+// goroutine beyond the caller's own and at most one timer per caller.
+type ThrottlingManager struct {
+	cfg      Config
+	clock    Clock
+	log      *slog.Logger
+	feedback FeedbackFunc
+	factory  ScopeManagerFactory
+
+	cfgMu   sync.RWMutex // guards cfg.Scopes against SetScopeConfig
+	seed    maphash.Seed
+	shards  [numShards]shard
+	global  globalGate
+	waiting atomic.Int64
+	warned  atomic.Bool
+}
+
+const numShards = 64
+
+// shard is one part of the scope map, so lookups of different scopes don't
+// contend on one lock.
+type shard struct {
+	mu      sync.RWMutex
+	m       map[string]*scope
+	sweepAt time.Time
+}
+
+// scope is one scope's entry: its policy, its FIFO of waiters, its lock.
+type scope struct {
+	mu       sync.Mutex
+	key      string
+	mgr      ScopeManager
+	queue    waitQueue
+	lastUsed time.Time
+	explicit bool
+	dead     bool // forgotten for idleness; look it up again
+}
+
+// New returns a ThrottlingManager for cfg, or a *ConfigError naming the
+// first invalid field.
+func New(cfg Config) (*ThrottlingManager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Scopes = maps.Clone(cfg.Scopes)
+	m := &ThrottlingManager{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		feedback: cfg.Feedback,
+		factory:  cfg.NewScopeManager,
+		seed:     maphash.MakeSeed(),
+	}
+	if m.clock == nil {
+		m.clock = realClock{}
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.feedback == nil {
+		m.feedback = DefaultFeedback
+	}
+	if m.factory == nil {
+		m.factory = NewDefaultScopeManager
+	}
+	m.global.limit = int64(cfg.GlobalConcurrency)
+	for i := range m.shards {
+		m.shards[i].m = make(map[string]*scope)
+	}
+	return m, nil
+}
+
+// Clock returns the manager's clock.
+func (m *ThrottlingManager) Clock() Clock { return m.clock }
+
+// A Permit is the right to send one request. It holds one slot in every
+// scope of the request until Release. Release is idempotent, and a Permit
+// is safe to release from any goroutine.
+type Permit struct {
+	m        *ThrottlingManager
+	scopes   []held
+	one      [1]held
+	acquired time.Time
+	released atomic.Bool
+	noAdjust bool
+}
+
+// held is one scope a permit holds a slot in.
+type held struct {
+	s      *scope
+	cost   int64
+	ticket Ticket
+}
+
+// Acquired returns when the permit was granted.
+func (p *Permit) Acquired() time.Time { return p.acquired }
+
+// Scopes returns the keys of the permit's scopes, sorted.
+func (p *Permit) Scopes() []string {
+	keys := make([]string, len(p.scopes))
+	for i, h := range p.scopes {
+		keys[i] = h.s.key
+	}
+	return keys
+}
+
+// Release gives the permit's slots back and reports the outcome of the
+// request: the response, or the error, that the request ended with. The
+// latency is the time since Acquire returned. Calls after the first do
+// nothing.
+func (p *Permit) Release(resp *http.Response, err error) {
+	if p == nil || p.released.Load() {
+		return
+	}
+	now := p.m.clock.Now()
+	p.ReleaseFeedback(p.m.feedback(now, resp, err))
+}
+
+// ReleaseFeedback is Release with feedback the caller built: a zero
+// Latency is replaced by the time since Acquire returned. Calls after the
+// first Release or ReleaseFeedback do nothing.
+func (p *Permit) ReleaseFeedback(fb Feedback) { p.done(fb, true) }
+
+func (p *Permit) done(fb Feedback, fillLatency bool) {
+	if p == nil || !p.released.CompareAndSwap(false, true) {
+		return
+	}
+	now := p.m.clock.Now()
+	if fillLatency && fb.Latency == 0 {
+		fb.Latency = now.Sub(p.acquired)
+	}
+	if p.noAdjust {
+		fb.NoAdjust = true
+	}
+	p.m.release(p, now, &fb)
+}
+
+func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		h.s.mu.Lock()
+		h.s.mgr.Finish(now, h.ticket, fb)
+		h.s.lastUsed = now
+		h.s.queue.wakeHead()
+		h.s.mu.Unlock()
+	}
+	m.global.release()
+}
+
+// WaitError is returned by Acquire when a caller stops waiting: its
+// context ended, or its deadline falls before the earliest possible start.
+// It wraps the context's error (context.DeadlineExceeded for a deadline
+// that cannot be met).
+type WaitError struct {
+	Scope   string    // the scope that held the request back, if known
+	Reason  Reason    // why it waited
+	ReadyAt time.Time // the earliest start, if known
+	Err     error
+}
+
+func (e *WaitError) Error() string {
+	msg := "throttle: stopped waiting"
+	if e.Scope != "" {
+		msg += " for scope " + strconv.Quote(e.Scope)
+	}
+	if e.Reason != ReasonNone {
+		msg += " (" + e.Reason.String() + ")"
+	}
+	if !e.ReadyAt.IsZero() {
+		msg += " ready at " + e.ReadyAt.Format(time.RFC3339Nano)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+// Unwrap returns the context's error.
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// Acquire blocks until every scope of req admits it, then returns a Permit
+// that the caller must Release. The scopes come from WithScopes on ctx or
+// on req's context, else from the Scoper.
+//
+// It returns an error wrapping ctx.Err() when ctx ends first, and a
+// *WaitError wrapping context.DeadlineExceeded at once when ctx's deadline
+// falls before the earliest possible start. A caller that stops waiting
+// consumes nothing and holds no slot.
+func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
+	return m.acquire(ctx, req, time.Time{})
+}
+
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &WaitError{Err: err}
+	}
+	p, err := m.newPermit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	now := m.clock.Now()
+	if notBefore.After(now) {
+		return m.wait(ctx, p, notBefore)
+	}
+	ok, adm, who := m.tryFast(p, now)
+	if ok {
+		return p, nil
+	}
+	if dl, has := ctx.Deadline(); has && !adm.At.IsZero() && dl.Before(adm.At) {
+		return nil, &WaitError{Scope: scopeKey(p.scopes, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+	}
+	return m.wait(ctx, p, time.Time{})
+}
+
+// TryAcquire never blocks. It returns a Permit if req can start now;
+// otherwise nil and when it could start: Admission.At is the earliest time
+// worth trying again, zero when the request waits for a Release (a slot, a
+// quota correction) or behind callers blocked in Acquire. A crawler with
+// many hosts can keep a ready-time queue with it instead of parking a
+// goroutine per request.
+func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
+	ctx := context.Background()
+	if req != nil {
+		ctx = req.Context()
+	}
+	p, err := m.newPermit(ctx, req)
+	if err != nil {
+		return nil, Admission{}, err
+	}
+	ok, adm, _ := m.tryFast(p, m.clock.Now())
+	if !ok {
+		return nil, adm, nil
+	}
+	return p, Admission{}, nil
+}
+
+// newPermit resolves req's scopes into a permit that holds nothing yet.
+func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request) (*Permit, error) {
+	if req == nil {
+		return nil, ErrNilRequest
+	}
+	p := &Permit{m: m}
+	scopes, fromCtx := ScopesFromContext(ctx)
+	if !fromCtx && req.Context() != ctx {
+		scopes, fromCtx = ScopesFromContext(req.Context())
+	}
+	p.noAdjust = noAdjust(ctx) || (req.Context() != ctx && noAdjust(req.Context()))
+	now := m.clock.Now()
+	switch {
+	case fromCtx:
+	case m.cfg.Scoper == nil:
+		h, err := RequestHost(req)
+		if err != nil {
+			return nil, err
+		}
+		p.scopes = p.one[:1]
+		p.scopes[0].cost = 1
+		s, err := m.lookup(h, now)
+		if err != nil {
+			return nil, err
+		}
+		p.scopes[0].s = s
+		return p, nil
+	default:
+		var err error
+		if scopes, err = m.callScoper(req); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.resolve(p, scopes, now); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error) {
+	s, err = m.cfg.Scoper(req)
+	if err != nil {
+		return nil, fmt.Errorf("throttle: scoper: %w", err)
+	}
+	return s, nil
+}
+
+// resolve checks scopes and fills p.scopes, sorted by key (the lock order)
+// with duplicates merged.
+func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) error {
+	switch {
+	case len(scopes) == 0:
+		return ErrNoScope
+	case len(scopes) > MaxScopesPerRequest:
+		return ErrTooManyScopes
+	}
+	for _, sc := range scopes {
+		if sc.Key == "" {
+			return ErrEmptyScopeKey
+		}
+		if sc.Cost < 0 {
+			return fmt.Errorf("%w: %q costs %d", ErrNegativeCost, sc.Key, sc.Cost)
+		}
+	}
+	if len(scopes) == 1 {
+		p.scopes = p.one[:1]
+	} else {
+		p.scopes = make([]held, 0, len(scopes))
+	}
+	p.scopes = p.scopes[:0]
+	for _, sc := range scopes {
+		cost := max(sc.Cost, 1)
+		if i := slices.IndexFunc(p.scopes, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
+			p.scopes[i].cost += cost
+			continue
+		}
+		s, err := m.lookup(sc.Key, now)
+		if err != nil {
+			return err
+		}
+		p.scopes = append(p.scopes, held{s: s, cost: cost})
+	}
+	slices.SortFunc(p.scopes, func(a, b held) int {
+		switch {
+		case a.s.key < b.s.key:
+			return -1
+		case a.s.key > b.s.key:
+			return 1
+		}
+		return 0
+	})
+	return nil
+}
+
+// lookup returns the scope for key, creating it on first use.
+func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
+	sh := &m.shards[maphash.String(m.seed, key)%numShards]
+	sh.mu.RLock()
+	s := sh.m[key]
+	sh.mu.RUnlock()
+	if s != nil {
+		return s, nil
+	}
+	ns, err := m.newScope(key, now)
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if s = sh.m[key]; s != nil {
+		return s, nil
+	}
+	sh.m[key] = ns
+	if !now.Before(sh.sweepAt) {
+		m.sweep(sh, now)
+	}
+	return ns, nil
+}
+
+// scopeConfig returns the configuration of key and whether it is explicit.
+func (m *ThrottlingManager) scopeConfig(key string) (ScopeConfig, bool, error) {
+	m.cfgMu.RLock()
+	sc, ok := m.cfg.Scopes[key]
+	m.cfgMu.RUnlock()
+	if ok {
+		return sc, true, nil
+	}
+	if f := m.cfg.ScopeConfigFunc; f != nil {
+		def := m.cfg.Default
+		def.Backoff.Statuses = slices.Clone(def.Backoff.Statuses)
+		if sc, ok := f(key, def); ok {
+			if err := sc.validate("ScopeConfigFunc(" + strconv.Quote(key) + ")"); err != nil {
+				return ScopeConfig{}, false, err
+			}
+			return sc, true, nil
+		}
+	}
+	return m.cfg.Default, false, nil
+}
+
+func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) {
+	cfg, explicit, err := m.scopeConfig(key)
+	if err != nil {
+		return nil, err
+	}
+	p := ScopeParams{Key: key, Config: cfg, Explicit: explicit, Logger: m.log, GlobalConcurrency: m.cfg.GlobalConcurrency}
+	if m.cfg.JitterSeed != 0 {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		p.Rand = rand.New(rand.NewPCG(m.cfg.JitterSeed, h.Sum64()))
+	}
+	f := cfg.NewManager
+	if f == nil {
+		f = m.factory
+	}
+	return &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now}, nil
+}
+
+// sweep forgets the idle scopes of sh (DESIGN rule 12). It runs when a
+// scope is created in sh and the shard's sweep time has come, so the work
+// is spread over the crawl and no goroutine is needed.
+func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
+	sh.sweepAt = now.Add(max(m.cfg.IdleTimeout/4, time.Second))
+	for k, s := range sh.m {
+		if !s.mu.TryLock() {
+			continue // in use
+		}
+		if s.queue.n == 0 && m.forgettable(s, now) {
+			s.dead = true
+			delete(sh.m, k)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
+	idle := now.Sub(s.lastUsed)
+	switch s.mgr.Idle(now) {
+	case IdleEmpty:
+		return idle >= m.cfg.IdleTimeout
+	case IdleLearned:
+		return idle >= m.cfg.LearnedIdleTimeout
+	}
+	return false
+}
+
+// Len returns the number of scopes the manager holds now.
+func (m *ThrottlingManager) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+func lockAll(hs []held) {
+	for i := range hs {
+		hs[i].s.mu.Lock()
+	}
+}
+
+func unlockAll(hs []held) {
+	for i := range hs {
+		hs[i].s.mu.Unlock()
+	}
+}
+
+// relock locks hs's scopes, first replacing any that were forgotten for
+// idleness since they were looked up.
+func (m *ThrottlingManager) relock(hs []held, now time.Time) error {
+	for {
+		lockAll(hs)
+		dead := slices.IndexFunc(hs, func(h held) bool { return h.s.dead })
+		if dead < 0 {
+			return nil
+		}
+		unlockAll(hs)
+		s, err := m.lookup(hs[dead].s.key, now)
+		if err != nil {
+			return err
+		}
+		hs[dead].s = s
+	}
+}
+
+// evaluate decides, with hs's scopes locked, whether the request may start
+// at now. w is the waiter, nil for a caller not queued. It returns the
+// admission: ReasonNone to start now; otherwise At (zero: wait for a wake)
+// and the index of the scope that holds it back.
+func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.Time) (Admission, int) {
+	for i := range hs {
+		head := hs[i].s.queue.head
+		if (w == nil && head != nil) || (w != nil && head != &w.nodes[i]) {
+			return Admission{Reason: ReasonQueue}, i
+		}
+	}
+	at, why, who := now, ReasonNone, -1
+	if notBefore.After(now) {
+		at, why = notBefore, ReasonGate
+	}
+	blocked := false
+	for i := range hs {
+		a := hs[i].s.mgr.Admit(now, hs[i].cost)
+		switch {
+		case a.Reason == ReasonNone:
+		case a.At.IsZero():
+			if !blocked {
+				blocked, why, who = true, a.Reason, i
+			}
+		case !blocked && a.At.After(at):
+			at, why, who = a.At, a.Reason, i
+		case !blocked && !a.At.After(now) && !at.After(now):
+			// A custom policy said "not now" with a time that has come:
+			// don't spin, ask again shortly.
+			at, why, who = now.Add(time.Millisecond), a.Reason, i
+		}
+	}
+	if blocked {
+		return Admission{Reason: why}, who
+	}
+	if why == ReasonNone {
+		return Admission{}, -1
+	}
+	return Admission{At: at, Reason: why}, who
+}
+
+// start records the start in every scope of p.
+func (m *ThrottlingManager) start(p *Permit, now time.Time) {
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		h.ticket = h.s.mgr.Start(now, h.cost)
+		h.s.lastUsed = now
+	}
+	p.acquired = now
+}
+
+// tryFast admits p at now if no one waits ahead of it and every scope and
+// the global cap admit it.
+func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, int) {
+	if err := m.relock(p.scopes, now); err != nil {
+		return false, Admission{}, -1
+	}
+	adm, who := m.evaluate(p.scopes, nil, now, time.Time{})
+	if adm.Reason == ReasonNone {
+		if m.global.tryFast() {
+			m.start(p, now)
+			unlockAll(p.scopes)
+			return true, adm, -1
+		}
+		adm = Admission{Reason: ReasonGlobal}
+	}
+	unlockAll(p.scopes)
+	return false, adm, who
+}
+
+// wait queues the caller in each scope of p and waits for its turn.
+func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
+	hs := p.scopes
+	w := newWaiter(len(hs))
+	defer func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	}()
+	if n := m.waiting.Add(1); m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
+		m.log.Warn("throttle: many callers waiting at once", "waiting", n, "threshold", m.cfg.DelayedWarnThreshold)
+	}
+	defer m.waiting.Add(-1)
+
+	now := m.clock.Now()
+	if err := m.relock(hs, now); err != nil {
+		return nil, err
+	}
+	for i := range hs {
+		hs[i].s.queue.push(&w.nodes[i])
+	}
+	for {
+		adm, who := m.evaluate(hs, w, now, notBefore)
+		if adm.Reason == ReasonNone {
+			if m.global.take(w) {
+				m.start(p, now)
+				m.dequeue(w, hs)
+				unlockAll(hs)
+				return p, nil
+			}
+			adm = Admission{Reason: ReasonGlobal}
+		} else {
+			m.global.leave(w) // not ready any more: give the global turn on
+		}
+		if dl, ok := ctx.Deadline(); ok && !adm.At.IsZero() && dl.Before(adm.At) {
+			m.dequeue(w, hs)
+			err := &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+			unlockAll(hs)
+			return nil, err
+		}
+		unlockAll(hs)
+
+		var timerC <-chan time.Time
+		if !adm.At.IsZero() {
+			d := adm.At.Sub(now)
+			if w.timer == nil {
+				w.timer = m.clock.NewTimer(d)
+			} else {
+				w.timer.Reset(d)
+			}
+			timerC = w.timer.C()
+		} else if w.timer != nil {
+			w.timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			lockAll(hs)
+			m.global.leave(w)
+			m.dequeue(w, hs)
+			unlockAll(hs)
+			return nil, &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: ctx.Err()}
+		case <-w.wake:
+		case <-timerC:
+		}
+		now = m.clock.Now()
+		lockAll(hs)
+	}
+}
+
+// dequeue takes w out of its scopes' queues, waking the new heads.
+func (m *ThrottlingManager) dequeue(w *waiter, hs []held) {
+	for i := range hs {
+		if hs[i].s.queue.remove(&w.nodes[i]) {
+			hs[i].s.queue.wakeHead()
+		}
+	}
+}
+
+func scopeKey(hs []held, i int) string {
+	if i < 0 || i >= len(hs) {
+		return ""
+	}
+	return hs[i].s.key
+}
+
+// SetScopeConfig replaces the configuration of the scope key at run time,
+// as if it had been in Config.Scopes from the start: the scope becomes
+// explicit, its learned state is kept where it still applies, and its
+// waiters are re-evaluated at once.
+func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
+	if key == "" {
+		return ErrEmptyScopeKey
+	}
+	if err := cfg.validate("Scopes[" + strconv.Quote(key) + "]"); err != nil {
+		return err
+	}
+	m.cfgMu.Lock()
+	next := maps.Clone(m.cfg.Scopes)
+	if next == nil {
+		next = make(map[string]ScopeConfig)
+	}
+	next[key] = cfg
+	m.cfg.Scopes = next
+	m.cfgMu.Unlock()
+
+	sh := &m.shards[maphash.String(m.seed, key)%numShards]
+	sh.mu.RLock()
+	s := sh.m[key]
+	sh.mu.RUnlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mgr.SetConfig(m.clock.Now(), cfg)
+	s.explicit = true
+	s.queue.wakeHead()
+	return nil
+}

@@ -1,0 +1,182 @@
+package throttle
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Transport is an http.RoundTripper that sends every request through a
+// ThrottlingManager. Make one with ThrottlingManager.Transport.
+//
+// It acquires a permit with the request's context before sending, and
+// releases it when the response body is closed or read to EOF (at once
+// for a response without a body, or on a transport error), with the
+// response's feedback. Latency is measured with net/http/httptrace from
+// the moment a connection is obtained to the first response byte, as
+// Scrapy measures it; a base RoundTripper that reports no connection (a
+// fake one in tests) gets the time RoundTrip took.
+//
+// It follows the RoundTripper contract: it is safe for concurrent use, it
+// never modifies the request (the trace goes on a shallow copy), it closes
+// the request body when it returns early, and it returns err == nil
+// whenever a response came back, a 429 included. An http.Client calls it
+// once per redirect hop, so each hop is throttled; scopes attached to the
+// context with WithScopes persist across hops. A Retry-After on a 3xx
+// response delays the hop to its Location (RFC 9110 10.2.3), capped at the
+// default scope's Backoff.RedirectMaxDelay.
+//
+// A caller that never closes a response body keeps the permit's slots.
+type Transport struct {
+	m    *ThrottlingManager
+	base http.RoundTripper
+
+	redirMu sync.Mutex
+	redirN  atomic.Int32
+	redir   map[string]time.Time // redirect target URL -> not before
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// maxRedirectGates bounds the remembered Retry-After of redirects.
+const maxRedirectGates = 1024
+
+// Transport returns an http.RoundTripper that throttles requests through
+// m and sends them with base (nil means http.DefaultTransport).
+func (m *ThrottlingManager) Transport(base http.RoundTripper) *Transport {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &Transport{m: m, base: base}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req == nil {
+		return nil, ErrNilRequest
+	}
+	ctx := req.Context()
+	p, err := t.m.acquire(ctx, req, t.redirectGate(req))
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	clock := t.m.clock
+	var lt latencyTrace
+	trace := &httptrace.ClientTrace{
+		GotConn:              func(httptrace.GotConnInfo) { lt.conn.Store(clock.Now().UnixNano()) },
+		GotFirstResponseByte: func() { lt.first.Store(clock.Now().UnixNano()) },
+	}
+	traced := req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	start := clock.Now()
+	resp, err := t.base.RoundTrip(traced)
+	now := clock.Now()
+	if err != nil {
+		fb := t.m.feedback(now, nil, err)
+		fb.Latency = lt.latency(start, now)
+		p.done(fb, false)
+		return nil, err
+	}
+	if resp.Request == traced {
+		resp.Request = req
+	}
+	fb := t.m.feedback(now, resp, nil)
+	fb.Latency = lt.latency(start, now)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && fb.HasWait && fb.Wait > 0 {
+		t.setRedirectGate(req, resp, now.Add(min(fb.Wait, t.m.cfg.Default.Backoff.RedirectMaxDelay)))
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		p.done(fb, false)
+		return resp, nil
+	}
+	resp.Body = &releasingBody{rc: resp.Body, p: p, fb: fb}
+	return resp, nil
+}
+
+// latencyTrace records httptrace times; the callbacks may run on the
+// transport's goroutines.
+type latencyTrace struct {
+	conn, first atomic.Int64 // UnixNano; 0 when not seen
+}
+
+func (lt *latencyTrace) latency(start, end time.Time) time.Duration {
+	c, f := lt.conn.Load(), lt.first.Load()
+	if c != 0 && f != 0 && f >= c {
+		return time.Duration(f - c)
+	}
+	return end.Sub(start)
+}
+
+// releasingBody releases its permit when read to EOF or closed.
+type releasingBody struct {
+	rc io.ReadCloser
+	p  *Permit
+	fb Feedback
+}
+
+func (b *releasingBody) Read(buf []byte) (int, error) {
+	n, err := b.rc.Read(buf)
+	switch {
+	case err == io.EOF:
+		b.p.done(b.fb, false)
+	case err != nil && !b.p.released.Load():
+		// The body broke off: a reset or a timeout is the server's doing.
+		fb := b.fb
+		fb.Err = err
+		if IsBackoffError(err) {
+			fb.Backoff, fb.Timeout = true, true
+		}
+		b.p.done(fb, false)
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.rc.Close()
+	b.p.done(b.fb, false)
+	return err
+}
+
+// redirectGate returns the time before which req, a redirect's next hop,
+// may not start, and forgets it.
+func (t *Transport) redirectGate(req *http.Request) time.Time {
+	if t.redirN.Load() == 0 || req.URL == nil {
+		return time.Time{}
+	}
+	u := req.URL.String()
+	t.redirMu.Lock()
+	defer t.redirMu.Unlock()
+	at, ok := t.redir[u]
+	if ok {
+		delete(t.redir, u)
+		t.redirN.Store(int32(len(t.redir)))
+	}
+	return at
+}
+
+func (t *Transport) setRedirectGate(req *http.Request, resp *http.Response, at time.Time) {
+	loc, err := resp.Location()
+	if err != nil || req.URL == nil {
+		return
+	}
+	now := t.m.clock.Now()
+	t.redirMu.Lock()
+	defer t.redirMu.Unlock()
+	if t.redir == nil {
+		t.redir = make(map[string]time.Time)
+	}
+	if len(t.redir) >= maxRedirectGates {
+		for k, v := range t.redir {
+			if !v.After(now) || len(t.redir) >= maxRedirectGates {
+				delete(t.redir, k)
+			}
+		}
+	}
+	t.redir[loc.String()] = at
+	t.redirN.Store(int32(len(t.redir)))
+}
