@@ -46,7 +46,7 @@ type autoThrottle struct {
 
 // configure (re)starts the delay at max(Delay, StartDelay) until a
 // response has been seen, and keeps it within the new bounds after.
-func (a *autoThrottle) configure(cfg ScopeConfig) {
+func (a *autoThrottle) configure(cfg *ScopeConfig) {
 	if !a.seen {
 		a.delay = max(cfg.Delay, cfg.AutoThrottle.StartDelay)
 	}
@@ -54,7 +54,7 @@ func (a *autoThrottle) configure(cfg ScopeConfig) {
 }
 
 // current is the AutoThrottle delay, 0 when AutoThrottle is off.
-func (a *autoThrottle) current(cfg ScopeConfig) time.Duration {
+func (a *autoThrottle) current(cfg *ScopeConfig) time.Duration {
 	if !cfg.AutoThrottle.Enabled {
 		return 0
 	}
@@ -62,7 +62,7 @@ func (a *autoThrottle) current(cfg ScopeConfig) time.Duration {
 }
 
 // learned reports whether the delay differs from where it starts.
-func (a *autoThrottle) learned(cfg ScopeConfig) bool {
+func (a *autoThrottle) learned(cfg *ScopeConfig) bool {
 	return cfg.AutoThrottle.Enabled && a.seen && a.delay != max(cfg.Delay, cfg.AutoThrottle.StartDelay)
 }
 
@@ -75,7 +75,7 @@ func (a *autoThrottle) learned(cfg ScopeConfig) bool {
 // and a response other than 200 may raise the delay, never lower it.
 // Transport errors carry no latency and change nothing (Scrapy only
 // adjusts on downloaded responses).
-func (a *autoThrottle) onFeedback(cfg ScopeConfig, fb *Feedback) {
+func (a *autoThrottle) onFeedback(cfg *ScopeConfig, fb *Feedback) {
 	if fb.Status == 0 || fb.NoAdjust {
 		return
 	}
@@ -84,7 +84,7 @@ func (a *autoThrottle) onFeedback(cfg ScopeConfig, fb *Feedback) {
 }
 
 // autoThrottleDelay is the rule itself, a pure function for table tests.
-func autoThrottleDelay(cfg ScopeConfig, old, latency time.Duration, status int) time.Duration {
+func autoThrottleDelay(cfg *ScopeConfig, old, latency time.Duration, status int) time.Duration {
 	target := scaleDuration(max(latency, 0), 1/cfg.AutoThrottle.TargetConcurrency)
 	mean := old/2 + target/2 // (old+target)/2 without overflow
 	if sum := old + target; sum >= old {

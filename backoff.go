@@ -124,6 +124,7 @@ const settleForget = 10
 
 // backoff is the learned backoff state of one scope.
 type backoff struct {
+	minStatus   int           // the lowest of Backoff.Statuses
 	delay       time.Duration // backoff delay; 0 when not backing off
 	concurrency int           // reduced concurrency; 0 when not reduced
 
@@ -142,10 +143,14 @@ type backoff struct {
 	winOK      int
 }
 
-func (b *backoff) configure(cfg ScopeConfig) {
+func (b *backoff) configure(cfg *ScopeConfig) {
 	if !cfg.Backoff.Enabled {
 		*b = backoff{}
 		return
+	}
+	b.minStatus = 1000
+	for _, st := range cfg.Backoff.Statuses {
+		b.minStatus = min(b.minStatus, st)
 	}
 	if b.delay > 0 {
 		b.delay = min(max(b.delay, cfg.Backoff.MinDelay), cfg.Backoff.MaxDelay)
@@ -155,15 +160,17 @@ func (b *backoff) configure(cfg ScopeConfig) {
 	}
 }
 
-func (b *backoff) isSignalStatus(cfg ScopeConfig, status int) bool {
-	return cfg.Backoff.Enabled && status != 0 && slices.Contains(cfg.Backoff.Statuses, status)
+func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
+	// Most responses are 2xx and no default signal is below 429: the
+	// range check spares the search on the hot path.
+	return cfg.Backoff.Enabled && status >= b.minStatus && status != 0 && slices.Contains(cfg.Backoff.Statuses, status)
 }
 
 func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.bad > 0 }
 
 // onSignal applies one backoff signal. eff is the delay in effect, conc the
 // concurrency in effect, started when the signalling request started.
-func (b *backoff) onSignal(now time.Time, cfg ScopeConfig, started time.Time, eff time.Duration, timeout bool, conc int) {
+func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, eff time.Duration, timeout bool, conc int) {
 	bc := cfg.Backoff
 	if !bc.Enabled {
 		return
@@ -223,27 +230,31 @@ func (b *backoff) onSuccess(now time.Time) {
 
 // tick processes the windows that ended before now. base is the scope's
 // delay without backoff, the floor recovery returns to.
-func (b *backoff) tick(now time.Time, cfg ScopeConfig, base time.Duration) {
+// It reports whether the delay or concurrency changed.
+func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base time.Duration) bool {
 	if !cfg.Backoff.Enabled {
-		return
+		return false
 	}
 	if !b.winSet {
 		b.win, b.winSet = now, true
-		return
+		return false
 	}
 	w := cfg.Window
 	if now.Sub(b.win) < w {
-		return
+		return false
 	}
-	if b.winSignals == 0 && b.winOK > 0 {
+	changed := false
+	if b.winSignals == 0 && b.winOK > 0 && (b.delay > 0 || b.concurrency > 0) {
 		b.recover(cfg, base)
+		changed = true
 	}
 	b.win = b.win.Add(now.Sub(b.win) / w * w)
 	b.winSignals, b.winOK = 0, 0
+	return changed
 }
 
 // recover takes one step back after a quiet window.
-func (b *backoff) recover(cfg ScopeConfig, base time.Duration) {
+func (b *backoff) recover(cfg *ScopeConfig, base time.Duration) {
 	if b.concurrency > 0 {
 		b.concurrency = (b.concurrency + cfg.Concurrency + 1) / 2
 		if b.concurrency >= cfg.Concurrency {

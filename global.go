@@ -18,7 +18,9 @@ import (
 // sees the waiter and signals the head of the queue under the lock.
 type globalGate struct {
 	limit   int64
+	_       [120]byte    // n is written on every admission: keep it alone
 	n       atomic.Int64 // permits held
+	_       [120]byte    // pending is read on every admission, written rarely
 	pending atomic.Int64 // callers queued or deciding to queue
 	mu      sync.Mutex
 	q       waitQueue

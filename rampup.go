@@ -84,7 +84,7 @@ type rampup struct {
 }
 
 // configure computes the ladder for cfg and keeps the level within it.
-func (r *rampup) configure(cfg ScopeConfig, globalCap int) {
+func (r *rampup) configure(cfg *ScopeConfig, globalCap int) {
 	rc := cfg.Rampup
 	r.k = 0
 	if cfg.Delay > rc.MinDelay {
@@ -107,14 +107,14 @@ func (r *rampup) configure(cfg ScopeConfig, globalCap int) {
 }
 
 // delay is the delay of the current level, ok=false when rampup is off.
-func (r *rampup) delay(cfg ScopeConfig) (time.Duration, bool) {
+func (r *rampup) delay(cfg *ScopeConfig) (time.Duration, bool) {
 	if !cfg.Rampup.Enabled {
 		return 0, false
 	}
 	return r.delayAt(cfg, r.pos), true
 }
 
-func (r *rampup) delayAt(cfg ScopeConfig, pos float64) time.Duration {
+func (r *rampup) delayAt(cfg *ScopeConfig, pos float64) time.Duration {
 	if pos >= r.k {
 		if cfg.Rampup.MinDelay >= time.Millisecond || cfg.Delay <= cfg.Rampup.MinDelay {
 			return min(cfg.Rampup.MinDelay, cfg.Delay)
@@ -125,7 +125,7 @@ func (r *rampup) delayAt(cfg ScopeConfig, pos float64) time.Duration {
 }
 
 // concurrency is the concurrency of the current level.
-func (r *rampup) concurrency(cfg ScopeConfig) (int, bool) {
+func (r *rampup) concurrency(cfg *ScopeConfig) (int, bool) {
 	if !cfg.Rampup.Enabled || r.pos < r.k {
 		return 0, false
 	}
@@ -143,7 +143,7 @@ func (r *rampup) setLevel(now time.Time, pos float64) {
 
 // onFeedback counts one response. It reports whether it handled a signal
 // (by stepping down), so that backoff does not step as well.
-func (r *rampup) onFeedback(now time.Time, cfg ScopeConfig, started time.Time, signal bool) bool {
+func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, signal bool) bool {
 	if !signal {
 		r.winOK++
 		return false
@@ -167,22 +167,27 @@ func (r *rampup) onFeedback(now time.Time, cfg ScopeConfig, started time.Time, s
 }
 
 // tick closes the windows that ended before now.
-func (r *rampup) tick(now time.Time, cfg ScopeConfig) {
+// It reports whether the level changed.
+func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {
 	if !cfg.Rampup.Enabled {
-		return
+		return false
 	}
 	if !r.winSet {
 		r.win, r.winSet = now, true
-		return
+		return false
 	}
 	if now.Sub(r.win) < cfg.Window {
-		return
+		return false
 	}
+	changed := false
 	if r.winOK+r.winSignals > 0 && r.winSignals < cfg.Rampup.MinSignals {
+		before := r.pos
 		r.climb(now)
+		changed = r.pos != before
 	}
 	r.win = r.win.Add(now.Sub(r.win) / cfg.Window * cfg.Window)
 	r.winSignals, r.winOK = 0, 0
+	return changed
 }
 
 // climb moves up after a window with fewer signals than the target.

@@ -246,7 +246,7 @@ var (
 // See ServerWait for when Wait is set and when the caller should use it.
 func ParseServerWait(h http.Header, now time.Time) ServerWait {
 	sw := ServerWait{Remaining: -1}
-	if h == nil {
+	if len(h) == 0 {
 		return sw
 	}
 	// spent is the largest wait of the quotas reported spent, with

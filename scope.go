@@ -146,6 +146,11 @@ type defaultScope struct {
 	gate      time.Time // no start before this (server-given wait)
 	quota     quotaWindow
 
+	// effective values, recomputed by refresh when a part changes
+	effDelay time.Duration
+	effWhy   Reason
+	effConc  int
+
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
 	auto    autoThrottle
@@ -161,9 +166,10 @@ type slot struct {
 
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
 	s.cfg = cfg
-	s.auto.configure(cfg)
-	s.backoff.configure(cfg)
-	s.rampup.configure(cfg, s.globalCap)
+	s.auto.configure(&s.cfg)
+	s.backoff.configure(&s.cfg)
+	s.rampup.configure(&s.cfg, s.globalCap)
+	s.refresh()
 }
 
 // SetConfig implements ScopeManager.
@@ -173,29 +179,45 @@ func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
 }
 
 // SetRobotsDelay sets the delay robots.txt asks for; 0 removes it.
-func (s *defaultScope) SetRobotsDelay(d time.Duration) { s.robots = d }
+func (s *defaultScope) SetRobotsDelay(d time.Duration) {
+	s.robots = d
+	s.refresh()
+}
 
 // tick rolls the windows of the learned parts forward to now.
 func (s *defaultScope) tick(now time.Time) {
-	s.backoff.tick(now, s.cfg, s.baseDelay())
-	s.rampup.tick(now, s.cfg)
+	if s.backoff.tick(now, &s.cfg, s.baseDelay()) || s.rampup.tick(now, &s.cfg) {
+		s.refresh()
+	}
+}
+
+// refresh recomputes the effective delay and concurrency after a change,
+// so the hot path reads them instead of combining the parts each time.
+func (s *defaultScope) refresh() {
+	s.effDelay, s.effWhy = s.combineDelay()
+	s.effConc = s.combineConcurrency()
 }
 
 // baseDelay is the delay before robots.txt, AutoThrottle and backoff.
 func (s *defaultScope) baseDelay() time.Duration {
-	if d, ok := s.rampup.delay(s.cfg); ok {
+	if d, ok := s.rampup.delay(&s.cfg); ok {
 		return d
 	}
 	return s.cfg.Delay
 }
 
 // delay returns the delay between starts now, and which part set it.
-func (s *defaultScope) delay() (time.Duration, Reason) {
+func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.effWhy }
+
+// concurrency returns how many permits the scope admits at once now.
+func (s *defaultScope) concurrency() int { return s.effConc }
+
+func (s *defaultScope) combineDelay() (time.Duration, Reason) {
 	d, why := s.baseDelay(), ReasonDelay
 	if s.robots > d && !s.cfg.IgnoreRobotsTxt {
 		d, why = s.robots, ReasonRobots
 	}
-	if a := s.auto.current(s.cfg); a > d {
+	if a := s.auto.current(&s.cfg); a > d {
 		d, why = a, ReasonDelay
 	}
 	if b := s.backoff.delay; b > d {
@@ -204,10 +226,9 @@ func (s *defaultScope) delay() (time.Duration, Reason) {
 	return d, why
 }
 
-// concurrency returns how many permits the scope admits at once now.
-func (s *defaultScope) concurrency() int {
+func (s *defaultScope) combineConcurrency() int {
 	c := s.cfg.Concurrency
-	if rc, ok := s.rampup.concurrency(s.cfg); ok {
+	if rc, ok := s.rampup.concurrency(&s.cfg); ok {
 		c = rc
 	}
 	if s.robots > 0 && !s.cfg.IgnoreRobotsTxt {
@@ -241,7 +262,7 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	}
 	later(s.gate, ReasonGate)
 	if s.cfg.Quota > 0 {
-		if t, ok := s.quota.admit(now, s.cfg, cost); !ok {
+		if t, ok := s.quota.admit(now, &s.cfg, cost); !ok {
 			later(t, ReasonQuota)
 		}
 	}
@@ -285,7 +306,7 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 	s.started, s.lastStart = true, now
 	s.jitter = s.drawJitter()
 	if s.cfg.Quota > 0 {
-		t.Window = s.quota.add(now, s.cfg, cost)
+		t.Window = s.quota.add(now, &s.cfg, cost)
 	}
 	return t
 }
@@ -318,14 +339,14 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 		s.slots[t.Slot].busy = false
 	}
 	if s.cfg.Quota > 0 {
-		s.quota.correct(s.key, s.cfg, t, fb)
+		s.quota.correct(s.key, &s.cfg, t, fb)
 	}
 	s.learn(now, t, fb)
 }
 
 // learn routes feedback to the learned parts and sets server gates.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
-	signal := fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(s.cfg, fb.Status))
+	signal := fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(&s.cfg, fb.Status))
 	if fb.HasWait && fb.appliesTo(s.key) && (signal || fb.Exhausted) {
 		s.setGate(now.Add(min(fb.Wait, s.cfg.Backoff.MaxDelay)))
 	}
@@ -333,16 +354,17 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		return
 	}
 	old, _ := s.delay()
-	if s.cfg.Rampup.Enabled && s.rampup.onFeedback(now, s.cfg, t.Start, signal) {
+	if s.cfg.Rampup.Enabled && s.rampup.onFeedback(now, &s.cfg, t.Start, signal) {
 		// rampup handled the signal by stepping back to its last good level
 	} else if signal {
-		s.backoff.onSignal(now, s.cfg, t.Start, old, fb.Timeout, s.concurrency())
+		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, s.concurrency())
 	} else if fb.Err == nil {
 		s.backoff.onSuccess(now)
 	}
 	if s.cfg.AutoThrottle.Enabled {
-		s.auto.onFeedback(s.cfg, fb)
+		s.auto.onFeedback(&s.cfg, fb)
 	}
+	s.refresh()
 	if nd, _ := s.delay(); nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.inFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
@@ -360,7 +382,7 @@ func (s *defaultScope) setGate(t time.Time) {
 // Idle implements ScopeManager.
 func (s *defaultScope) Idle(now time.Time) Idleness {
 	s.tick(now)
-	if s.inFlight > 0 || now.Before(s.gate) || s.quota.pending(now, s.cfg) {
+	if s.inFlight > 0 || now.Before(s.gate) || s.quota.pending(now, &s.cfg) {
 		return Busy
 	}
 	if s.started {
@@ -368,7 +390,7 @@ func (s *defaultScope) Idle(now time.Time) Idleness {
 			return Busy
 		}
 	}
-	if s.auto.learned(s.cfg) || s.backoff.learned() || s.rampup.learned() || s.robots > 0 {
+	if s.auto.learned(&s.cfg) || s.backoff.learned() || s.rampup.learned() || s.robots > 0 {
 		return IdleLearned
 	}
 	return IdleEmpty
@@ -414,7 +436,7 @@ func (q *quotaWindow) roll(now time.Time, w time.Duration) {
 // admit reports whether cost fits the window at now, or when it ends. A
 // request larger than the whole quota is admitted into an empty window, so
 // it is never starved.
-func (q *quotaWindow) admit(now time.Time, cfg ScopeConfig, cost int64) (time.Time, bool) {
+func (q *quotaWindow) admit(now time.Time, cfg *ScopeConfig, cost int64) (time.Time, bool) {
 	q.roll(now, cfg.Window)
 	if !q.set || q.used <= 0 || q.used+cost <= cfg.Quota {
 		return time.Time{}, true
@@ -423,7 +445,7 @@ func (q *quotaWindow) admit(now time.Time, cfg ScopeConfig, cost int64) (time.Ti
 }
 
 // add counts cost at a start and returns the window it was counted in.
-func (q *quotaWindow) add(now time.Time, cfg ScopeConfig, cost int64) int64 {
+func (q *quotaWindow) add(now time.Time, cfg *ScopeConfig, cost int64) int64 {
 	if !q.set {
 		q.set, q.start = true, now
 	}
@@ -435,7 +457,7 @@ func (q *quotaWindow) add(now time.Time, cfg ScopeConfig, cost int64) int64 {
 // correct applies the quota corrections of fb that name this scope: an
 // actual cost replaces the admitted one if the window is still the same;
 // the server's remaining count raises the window's count to match.
-func (q *quotaWindow) correct(key string, cfg ScopeConfig, t Ticket, fb *Feedback) {
+func (q *quotaWindow) correct(key string, cfg *ScopeConfig, t Ticket, fb *Feedback) {
 	for _, u := range fb.Quota {
 		if u.Scope != "" && u.Scope != key {
 			continue
@@ -450,6 +472,6 @@ func (q *quotaWindow) correct(key string, cfg ScopeConfig, t Ticket, fb *Feedbac
 }
 
 // pending reports whether the window still counts something at now.
-func (q *quotaWindow) pending(now time.Time, cfg ScopeConfig) bool {
+func (q *quotaWindow) pending(now time.Time, cfg *ScopeConfig) bool {
 	return q.set && q.used > 0 && now.Before(q.start.Add(cfg.Window))
 }

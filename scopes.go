@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -86,7 +87,11 @@ func NormalizeHost(hostport string) (string, error) {
 		return h, nil // the common case allocates nothing
 	}
 	if strings.IndexByte(h, ':') >= 0 { // IPv6 literal, possibly with a zone
-		return strings.ToLower(h), nil
+		ip, err := netip.ParseAddr(h)
+		if err != nil || strings.HasSuffix(h, ".") { // "::1%eth0." has a zone "eth0."
+			return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
+		}
+		return strings.ToLower(ip.String()), nil
 	}
 	h = strings.TrimSuffix(h, ".")
 	if h == "" || len(h) > 4*maxHostLen {
@@ -97,9 +102,14 @@ func NormalizeHost(hostport string) (string, error) {
 		// A label IDNA refuses (e.g. a stray symbol) still names one host;
 		// keep a stable, lower-cased key instead of refusing to crawl it.
 		a = strings.ToLower(h)
+		if b, err := hostProfile.ToASCII(a); err == nil {
+			a = b // IDNA takes the lower-cased form: use what it gives
+		}
 	}
 	a = strings.TrimSuffix(a, ".")
-	if a == "" || len(a) > maxHostLen {
+	// IDNA maps fullwidth "．：［］" to ASCII; a result still ending in '.'
+	// ("a...") or holding ':', '[' or ']' would not read back as itself.
+	if a == "" || len(a) > maxHostLen || a[len(a)-1] == '.' || strings.ContainsAny(a, ":[]") {
 		return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
 	}
 	return a, nil

@@ -46,6 +46,7 @@ type shard struct {
 	mu      sync.RWMutex
 	m       map[string]*scope
 	sweepAt time.Time
+	_       [128 - 56]byte // one shard per pair of cache lines: no false sharing
 }
 
 // scope is one scope's entry: its policy, its FIFO of waiters, its lock.
@@ -75,7 +76,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 		seed:     maphash.MakeSeed(),
 	}
 	if m.clock == nil {
-		m.clock = realClock{}
+		m.clock = newRealClock()
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -106,6 +107,7 @@ type Permit struct {
 	acquired time.Time
 	released atomic.Bool
 	noAdjust bool
+	fb       Feedback // the feedback given at Release; kept here so it doesn't escape per call
 }
 
 // held is one scope a permit holds a slot in.
@@ -136,26 +138,33 @@ func (p *Permit) Release(resp *http.Response, err error) {
 		return
 	}
 	now := p.m.clock.Now()
-	p.ReleaseFeedback(p.m.feedback(now, resp, err))
+	p.doneAt(now, p.m.feedback(now, resp, err), true)
 }
 
 // ReleaseFeedback is Release with feedback the caller built: a zero
 // Latency is replaced by the time since Acquire returned. Calls after the
 // first Release or ReleaseFeedback do nothing.
-func (p *Permit) ReleaseFeedback(fb Feedback) { p.done(fb, true) }
-
-func (p *Permit) done(fb Feedback, fillLatency bool) {
-	if p == nil || !p.released.CompareAndSwap(false, true) {
+func (p *Permit) ReleaseFeedback(fb Feedback) {
+	if p == nil || p.released.Load() {
 		return
 	}
-	now := p.m.clock.Now()
+	p.doneAt(p.m.clock.Now(), fb, true)
+}
+
+// doneAt releases the permit at now with fb; fillLatency replaces a zero
+// Latency with the time since Acquire returned.
+func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
+	if !p.released.CompareAndSwap(false, true) {
+		return
+	}
 	if fillLatency && fb.Latency == 0 {
 		fb.Latency = now.Sub(p.acquired)
 	}
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	p.m.release(p, now, &fb)
+	p.fb = fb
+	p.m.release(p, now, &p.fb)
 }
 
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
@@ -214,11 +223,11 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
-	p, err := m.newPermit(ctx, req)
+	now := m.clock.Now()
+	p, err := m.newPermit(ctx, req, now)
 	if err != nil {
 		return nil, err
 	}
-	now := m.clock.Now()
 	if notBefore.After(now) {
 		return m.wait(ctx, p, notBefore)
 	}
@@ -243,11 +252,12 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 	if req != nil {
 		ctx = req.Context()
 	}
-	p, err := m.newPermit(ctx, req)
+	now := m.clock.Now()
+	p, err := m.newPermit(ctx, req, now)
 	if err != nil {
 		return nil, Admission{}, err
 	}
-	ok, adm, _ := m.tryFast(p, m.clock.Now())
+	ok, adm, _ := m.tryFast(p, now)
 	if !ok {
 		return nil, adm, nil
 	}
@@ -255,7 +265,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 }
 
 // newPermit resolves req's scopes into a permit that holds nothing yet.
-func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request) (*Permit, error) {
+func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time) (*Permit, error) {
 	if req == nil {
 		return nil, ErrNilRequest
 	}
@@ -265,7 +275,6 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request) (*
 		scopes, fromCtx = ScopesFromContext(req.Context())
 	}
 	p.noAdjust = noAdjust(ctx) || (req.Context() != ctx && noAdjust(req.Context()))
-	now := m.clock.Now()
 	switch {
 	case fromCtx:
 	case m.cfg.Scoper == nil:
@@ -556,6 +565,7 @@ func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, 
 func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
 	hs := p.scopes
 	w := newWaiter(len(hs))
+	now := m.clock.Now()
 	defer func() {
 		if w.timer != nil {
 			w.timer.Stop()
@@ -566,7 +576,6 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 	}
 	defer m.waiting.Add(-1)
 
-	now := m.clock.Now()
 	if err := m.relock(hs, now); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -724,4 +725,8 @@ func TestSetScopeConfigWakesWaiters(t *testing.T) {
 		require.ErrorAs(t, m.SetScopeConfig("a.example", sc), &ce)
 		assert.Equal(t, `Scopes["a.example"].Delay`, ce.Field)
 	})
+}
+
+func TestShardPadding(t *testing.T) {
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(shard{}), "shards must not share cache lines")
 }

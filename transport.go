@@ -79,7 +79,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		fb := t.m.feedback(now, nil, err)
 		fb.Latency = lt.latency(start, now)
-		p.done(fb, false)
+		p.doneAt(now, fb, false)
 		return nil, err
 	}
 	if resp.Request == traced {
@@ -91,7 +91,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.setRedirectGate(req, resp, now.Add(min(fb.Wait, t.m.cfg.Default.Backoff.RedirectMaxDelay)))
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
-		p.done(fb, false)
+		p.doneAt(now, fb, false)
 		return resp, nil
 	}
 	resp.Body = &releasingBody{rc: resp.Body, p: p, fb: fb}
@@ -123,7 +123,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	switch {
 	case err == io.EOF:
-		b.p.done(b.fb, false)
+		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
 	case err != nil && !b.p.released.Load():
 		// The body broke off: a reset or a timeout is the server's doing.
 		fb := b.fb
@@ -131,14 +131,16 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 		if IsBackoffError(err) {
 			fb.Backoff, fb.Timeout = true, true
 		}
-		b.p.done(fb, false)
+		b.p.doneAt(b.p.m.clock.Now(), fb, false)
 	}
 	return n, err
 }
 
 func (b *releasingBody) Close() error {
 	err := b.rc.Close()
-	b.p.done(b.fb, false)
+	if !b.p.released.Load() {
+		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
+	}
 	return err
 }
 

@@ -1,0 +1,128 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/time/rate"
+)
+
+// benchConfig admits at once: the benchmarks measure the manager's own
+// overhead, not waiting.
+func benchConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 0, 0, Jitter{}
+	cfg.GlobalConcurrency = 1 << 20
+	return cfg
+}
+
+func benchRequests(b *testing.B, n int) []*http.Request {
+	reqs := make([]*http.Request, n)
+	for i := range reqs {
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://host%d.example/page", i), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs[i] = req
+	}
+	return reqs
+}
+
+// BenchmarkAcquireRelease: one scope, no wait.
+func BenchmarkAcquireRelease(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := benchRequests(b, 1)[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := m.Acquire(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release(ok200, nil)
+	}
+}
+
+// BenchmarkAcquireReleaseParallel: b.RunParallel over 10,000 hosts, each
+// goroutine on its own hosts.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := benchRequests(b, 10000)
+	var next atomic.Int64
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			p, err := m.Acquire(ctx, reqs[i%len(reqs)])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Release(ok200, nil)
+		}
+	})
+}
+
+// limiterMap is what a user writes by hand: a mutex-guarded map of
+// per-host rate.Limiters, waited on before each request.
+type limiterMap struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (l *limiterMap) wait(ctx context.Context, req *http.Request) error {
+	host := req.URL.Hostname()
+	l.mu.Lock()
+	lim := l.m[host]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Inf, 1)
+		l.m[host] = lim
+	}
+	l.mu.Unlock()
+	return lim.Wait(ctx)
+}
+
+// BenchmarkBaselineRateLimiterMap is the baseline of BenchmarkAcquireRelease.
+func BenchmarkBaselineRateLimiterMap(b *testing.B) {
+	l := &limiterMap{m: map[string]*rate.Limiter{}}
+	req := benchRequests(b, 1)[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.wait(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBaselineRateLimiterMapParallel is the baseline of
+// BenchmarkAcquireReleaseParallel.
+func BenchmarkBaselineRateLimiterMapParallel(b *testing.B) {
+	l := &limiterMap{m: map[string]*rate.Limiter{}}
+	reqs := benchRequests(b, 10000)
+	var next atomic.Int64
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			if err := l.wait(ctx, reqs[i%len(reqs)]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
