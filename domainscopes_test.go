@@ -150,7 +150,6 @@ func TestRegistrableDomainScope(t *testing.T) {
 	}
 }
 
-
 func FuzzNormalizeHost(f *testing.F) {
 	for _, s := range []string{
 		"", ".", "..", "a..b", "a.", "a...", "example.com", "EXAMPLE.COM.",

@@ -1,0 +1,61 @@
+// Package throttle decides when a web crawler may send each request, per
+// host and per any grouping you define, and learns from the responses how
+// fast each site can go.
+//
+// # Use
+//
+// Wrap your client's transport:
+//
+//	m, err := throttle.New(throttle.DefaultConfig())
+//	client := &http.Client{Transport: m.Transport(http.DefaultTransport)}
+//
+// or acquire and release around any client by hand:
+//
+//	p, err := m.Acquire(ctx, req) // blocks until every scope of req admits it
+//	resp, err := client.Do(req)
+//	p.Release(resp, err)          // feedback: latency, status, headers, error
+//
+// A crawler with many hosts and a bounded worker pool can use TryAcquire,
+// which never blocks and tells when a request could start, to keep a
+// ready-time queue instead of parking a goroutine per request.
+//
+// # Scopes
+//
+// Every request is throttled by one or more scopes: string keys such as a
+// host, a registrable domain, an API endpoint or "credits". By default the
+// scope is the request URL's host (NormalizeHost). Config.Scoper replaces
+// the default for all requests (RegistrableDomainScope,
+// DomainHierarchyScopes, IPScoper, AddScopes, PathPrefixScope ...);
+// WithScopes and WithScopeCosts replace it for the requests of one
+// context. A request starts only when all its scopes admit it at the same
+// instant, and holds nothing while it waits.
+//
+// # Rules
+//
+// Each scope has a ScopeManager, the default one made by
+// NewDefaultScopeManager and configured by a ScopeConfig:
+//
+//   - Concurrency: at most this many permits at once [1].
+//   - Delay: between consecutive starts [1s], randomised per start by
+//     Jitter [±50 %].
+//   - SlotDelay: between starts in the same slot [1s].
+//   - Quota per Window [none per 60s]: costs admitted in a window never
+//     exceed it; actual costs reported at Release correct the count.
+//   - AutoThrottle [off]: Scrapy's latency/N rule.
+//   - Backoff [on]: 429, 5xx overload statuses and timeouts raise the
+//     delay; Retry-After and the RateLimit headers gate the scope; recovery
+//     is a bisection that settles just above what the server tolerates.
+//   - Rampup [off]: for paid APIs, probe for the fastest rate the server
+//     allows, aiming at a target number of backoff signals per window.
+//
+// Config.GlobalConcurrency [16] caps permits across all scopes. Scopes
+// that hold nothing are forgotten after Config.IdleTimeout, so a crawl over
+// millions of hosts stays bounded in memory.
+//
+// # Time
+//
+// Policies never read a clock: every ScopeManager method is given now, so
+// policies are tested with plain values. The manager reads time from
+// Config.Clock; package throttletest has a fake clock for your tests.
+// Waiting costs no goroutine beyond the caller's own and at most one timer.
+package throttle

@@ -1,0 +1,146 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/throttletest"
+)
+
+// Wrap a client's transport: every request waits for its host's turn.
+func Example_transport() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello")
+	}))
+	defer srv.Close()
+
+	cfg := throttle.DefaultConfig()
+	cfg.Default.Delay = 10 * time.Millisecond // keep the example quick
+	cfg.Default.SlotDelay = 0
+	m, err := throttle.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: m.Transport(http.DefaultTransport)}
+	for range 3 {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			panic(err)
+		}
+		body, _ := io.ReadAll(resp.Body) // reading to EOF releases the slot
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, string(body))
+	}
+	// Output:
+	// 200 hello
+	// 200 hello
+	// 200 hello
+}
+
+// Acquire and release by hand around any client. The fake clock makes
+// the times exact: Concurrency 2, Delay 300ms, SlotDelay 1s (DESIGN rule
+// 3's worked example).
+func ExampleThrottlingManager_Acquire() {
+	clock := throttletest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := throttle.DefaultConfig()
+	cfg.Clock = clock
+	cfg.Default.Concurrency = 2
+	cfg.Default.Delay = 300 * time.Millisecond
+	cfg.Default.SlotDelay = time.Second
+	cfg.Default.Jitter = throttle.Jitter{} // exact times
+	m, _ := throttle.New(cfg)
+
+	t0 := clock.Now()
+	starts := make(chan time.Duration, 3)
+	for range 3 {
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, "https://example.com/", nil)
+			p, err := m.Acquire(context.Background(), req)
+			if err != nil {
+				panic(err)
+			}
+			starts <- clock.Now().Sub(t0)
+			p.Release(&http.Response{StatusCode: 200}, nil) // a quick response
+		}()
+	}
+	fmt.Println(<-starts) // the first starts at once
+	for range 2 {
+		clock.BlockUntilTimers(1) // the next one waits for a timer ...
+		clock.AdvanceToNext()     // ... until the fake clock reaches it
+		fmt.Println(<-starts)
+	}
+	// Output:
+	// 0s
+	// 300ms
+	// 1s
+}
+
+// TryAcquire never blocks: a crawler with many hosts asks when a request
+// could start and keeps a ready-time queue.
+func ExampleThrottlingManager_TryAcquire() {
+	clock := throttletest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := throttle.DefaultConfig()
+	cfg.Clock = clock
+	cfg.Default.Delay = 2 * time.Second
+	cfg.Default.Jitter = throttle.Jitter{}
+	m, _ := throttle.New(cfg)
+
+	req, _ := http.NewRequest(http.MethodGet, "https://example.com/a", nil)
+	p, _, _ := m.TryAcquire(req)
+	p.Release(&http.Response{StatusCode: 200}, nil)
+
+	next, _ := http.NewRequest(http.MethodGet, "https://example.com/b", nil)
+	p, when, _ := m.TryAcquire(next)
+	fmt.Println(p == nil, when.Reason, when.At.Sub(clock.Now()))
+	// Output: true delay 2s
+}
+
+// Per-scope settings, and the error New gives for a bad one.
+func ExampleNew() {
+	cfg := throttle.DefaultConfig()
+	api := cfg.Default // start from the defaults, change what differs
+	api.Concurrency = 8
+	api.Delay = 0
+	cfg.Scopes = map[string]throttle.ScopeConfig{"api.example.com": api}
+	if _, err := throttle.New(cfg); err != nil {
+		panic(err)
+	}
+
+	api.Delay = -time.Second
+	cfg.Scopes["api.example.com"] = api
+	_, err := throttle.New(cfg)
+	fmt.Println(err)
+	var ce *throttle.ConfigError
+	fmt.Println(errors.As(err, &ce), ce.Field)
+	// Output:
+	// throttle: Scopes["api.example.com"].Delay: must be >= 0
+	// true Scopes["api.example.com"].Delay
+}
+
+// A request may be throttled by several scopes: here a paid API's host and
+// its credits, with the request's cost.
+func ExampleWithScopeCosts() {
+	cfg := throttle.DefaultConfig()
+	credits := cfg.Default
+	credits.Delay, credits.SlotDelay, credits.Concurrency = 0, 0, 100
+	credits.Quota = 100 // credits per Window (60s)
+	cfg.Scopes = map[string]throttle.ScopeConfig{"credits": credits}
+	m, _ := throttle.New(cfg)
+
+	ctx := throttle.WithScopeCosts(context.Background(),
+		throttle.Scope{Key: "api.example.com"}, throttle.Scope{Key: "credits", Cost: 25})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/v1/scrape", nil)
+	p, err := m.Acquire(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(p.Scopes())
+	p.Release(&http.Response{StatusCode: 200}, nil)
+	// Output: [api.example.com credits]
+}
