@@ -11,8 +11,11 @@ import (
 //
 // The rule, per scope:
 //
-//   - A signal multiplies the delay in effect by Factor (from a zero delay
-//     the first step is MinDelay), never above MaxDelay. Only requests
+//   - A signal multiplies the delay in effect by Factor, never above
+//     MaxDelay, and a step is never below MinDelay (so from a zero delay
+//     the first step is MinDelay, and a 100 ms delay that drew a 429 goes
+//     to 1 s, not 200 ms: a server that objects to 100 ms rarely accepts
+//     200 ms, and recovery brings the delay back down by bisection). Only requests
 //     started after the previous step count: responses to requests sent at
 //     the old rate were already answered by that step, so a burst of 429s
 //     from in-flight requests is one step, not ten (TCP's one reduction per
@@ -21,15 +24,17 @@ import (
 //     concurrency by ConcurrencyFactor (never below 1), then the delay.
 //   - Recovery is a bisection: a full Window with responses and no signal
 //     proves the current delay safe; the delay then moves halfway toward the
-//     highest delay that drew a signal (or toward the configured delay when
-//     none did), and a signal while probing below the lowest safe delay
-//     returns there rather than doubling. The scope thus settles just above
-//     what the server tolerates instead of ping-ponging. Once the delay is
-//     within MinDelay of the configured delay, backoff is over. After ten
-//     settled windows the bad bound is forgotten, so a server that became
-//     more lenient is probed again.
-//   - Outages: when signals persist after the delay grew by Factor² (the
-//     server fails whatever the rate: a 503 storm, not a rate limit), the
+//     highest delay that drew a signal, and a signal while probing below the
+//     lowest safe delay returns there rather than doubling. The scope thus
+//     settles just above what the server tolerates (within 5 %) instead of
+//     ping-ponging, even when the configured delay itself drew the signal.
+//     After ten settled windows that bound is forgotten, so a server that
+//     became more lenient is probed again: the delay then moves halfway
+//     toward the configured delay per quiet window, and once within
+//     MinDelay of it backoff is over.
+//   - Outages: when signals other than 429 persist after the delay grew by
+//     Factor² (the server fails whatever the rate: a 503 storm; a 429 is a
+//     rate limit by definition and never counts), the
 //     scope sends one probe per OutageProbe, and the first response that is
 //     not a signal returns it to the delay it had before the episode. If
 //     that return draws signals again, the episode is a rate limit after
@@ -129,6 +134,7 @@ type backoff struct {
 	concurrency int           // reduced concurrency; 0 when not reduced
 
 	bad      time.Duration // highest delay that drew a rate signal this episode
+	hasBad   bool          // bad is known (it may be 0: a zero delay drew a signal)
 	safe     time.Duration // lowest delay proven safe by a quiet window
 	base     time.Duration // the delay in effect when the episode began
 	lastStep time.Time     // when the delay or concurrency last stepped up
@@ -166,11 +172,12 @@ func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 	return cfg.Backoff.Enabled && status >= b.minStatus && status != 0 && slices.Contains(cfg.Backoff.Statuses, status)
 }
 
-func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.bad > 0 }
+func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.hasBad }
 
 // onSignal applies one backoff signal. eff is the delay in effect, conc the
-// concurrency in effect, started when the signalling request started.
-func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, eff time.Duration, timeout bool, conc int) {
+// concurrency in effect, started when the signalling request started;
+// rateLimited says the server said so (a 429), which is never an outage.
+func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, eff time.Duration, timeout, rateLimited bool, conc int) {
 	bc := cfg.Backoff
 	if !bc.Enabled {
 		return
@@ -180,7 +187,7 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 		return // sent before the last step: already answered
 	}
 	if b.delay == 0 && b.concurrency == 0 { // a new episode
-		*b = backoff{win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
+		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
 	}
 	b.lastStep, b.stepped = now, true
 	b.settled = 0
@@ -195,11 +202,11 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	switch {
 	case b.outage:
 		// still down: keep probing
-	case bc.OutageProbe > 0 && !b.outaged && eff >= threshold && bc.Factor > 1:
+	case bc.OutageProbe > 0 && !b.outaged && !rateLimited && eff >= threshold && bc.Factor > 1:
 		b.outage, b.outaged = true, true
-		b.bad = 0 // these signals say nothing about the rate
+		b.bad, b.hasBad = 0, false // these signals say nothing about the rate
 	default:
-		b.bad = max(b.bad, eff)
+		b.bad, b.hasBad = max(b.bad, eff), true
 	}
 	var next time.Duration
 	switch {
@@ -253,7 +260,11 @@ func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base time.Duration) bool
 	return changed
 }
 
-// recover takes one step back after a quiet window.
+// recover takes one step back after a quiet window: halfway from the
+// delay just proven safe toward the highest delay that drew a signal, and
+// once within 5 % of it, no further (settled) until settleForget windows
+// have passed. With no such delay known (none, or forgotten), halfway
+// toward the configured delay, and back to it once within MinDelay.
 func (b *backoff) recover(cfg *ScopeConfig, base time.Duration) {
 	if b.concurrency > 0 {
 		b.concurrency = (b.concurrency + cfg.Concurrency + 1) / 2
@@ -265,17 +276,19 @@ func (b *backoff) recover(cfg *ScopeConfig, base time.Duration) {
 		return
 	}
 	b.safe = b.delay
-	floor := max(base, b.bad)
-	if b.bad > base && b.delay-b.bad <= max(b.delay/20, time.Millisecond) {
-		// settled just above what drew a signal; stay, probe later
-		if b.settled++; b.settled >= settleForget {
-			b.bad, b.settled = 0, 0
+	if b.hasBad && b.bad >= base {
+		if b.delay-b.bad <= max(b.delay/20, time.Millisecond) {
+			if b.settled++; b.settled >= settleForget {
+				b.bad, b.hasBad, b.settled = 0, false, 0 // probe lower again
+			}
+			return
 		}
+		b.delay = b.bad + (b.delay-b.bad)/2
 		return
 	}
-	next := floor + (b.delay-floor)/2
-	if next-base < cfg.Backoff.MinDelay && b.bad <= base {
-		b.delay, b.bad, b.safe, b.outaged = 0, 0, 0, false
+	next := base + (b.delay-base)/2
+	if next-base < cfg.Backoff.MinDelay {
+		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
 		return
 	}
 	b.delay = next

@@ -14,7 +14,7 @@ import (
 // Feedback is what one response, or one transport error, tells the scopes of
 // the request that produced it. A FeedbackFunc builds it at Release; the
 // manager fills Latency when the FeedbackFunc left it zero, then hands it to
-// each scope's ScopeManager.OnFeedback.
+// each scope's ScopeManager.Finish.
 type Feedback struct {
 	// Latency is how long the server took: connection obtained to first
 	// response byte through the Transport; Acquire's return to Release for

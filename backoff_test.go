@@ -1,0 +1,341 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// policy drives one default ScopeManager in explicit time.
+type policy struct {
+	t   *testing.T
+	s   *defaultScope
+	now time.Time
+}
+
+func newPolicy(t *testing.T, cfg ScopeConfig) *policy {
+	require.NoError(t, cfg.validate("test"))
+	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16}).(*defaultScope)
+	return &policy{t: t, s: s, now: time.Unix(1_000_000, 0)}
+}
+
+// request starts a request now and finishes it after lat with fb.
+func (p *policy) request(lat time.Duration, fb Feedback) {
+	tk := p.s.Start(p.now, 1)
+	p.now = p.now.Add(lat)
+	p.s.Finish(p.now, tk, &fb)
+}
+
+func (p *policy) delay() time.Duration { d, _ := p.s.delay(); return d }
+
+func (p *policy) advance(d time.Duration) { p.now = p.now.Add(d); p.s.tick(p.now) }
+
+var (
+	ok      = Feedback{Status: 200}
+	tooMany = Feedback{Status: 429}
+)
+
+func backoffConfig() ScopeConfig {
+	cfg := DefaultScopeConfig()
+	cfg.Delay, cfg.SlotDelay, cfg.Jitter = 0, 0, Jitter{}
+	return cfg
+}
+
+func TestBackoffGrowthFromZero(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Backoff.OutageProbe = 0 // plain exponential
+	p := newPolicy(t, cfg)
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300}
+	for i, w := range want {
+		p.request(10*ms, tooMany)
+		assert.Equal(t, w*time.Second, p.delay(), "signal %d", i+1)
+		_, why := p.s.delay()
+		assert.Equal(t, ReasonBackoff, why)
+	}
+}
+
+func TestBackoffFactorAndMinDelay(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = 300 * ms
+	cfg.Backoff.Factor = 3
+	cfg.Backoff.MinDelay = 500 * ms
+	cfg.Backoff.OutageProbe = 0
+	p := newPolicy(t, cfg)
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 900*ms, p.delay(), "x Factor from the configured delay")
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 2700*ms, p.delay())
+}
+
+// TestBackoffOneStepPerRoundTrip: responses to requests sent before the
+// last step were already answered by it.
+func TestBackoffOneStepPerRoundTrip(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Concurrency = 8
+	p := newPolicy(t, cfg)
+	var tks []Ticket
+	for range 8 {
+		tks = append(tks, p.s.Start(p.now, 1))
+	}
+	p.now = p.now.Add(100 * ms)
+	for _, tk := range tks {
+		p.s.Finish(p.now, tk, &Feedback{Status: 429})
+	}
+	assert.Equal(t, time.Second, p.delay(), "eight 429s of one burst are one step")
+	p.request(10*ms, tooMany) // sent after the step: counts
+	assert.Equal(t, 2*time.Second, p.delay())
+}
+
+// TestBackoffBisection: a server that answers 429 whenever the delay is
+// below 3 s. Backoff climbs past it, then bisects between the highest
+// delay that drew a signal and the lowest proven safe, and settles just
+// above 3 s instead of ping-ponging.
+func TestBackoffBisection(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Backoff.OutageProbe = 0
+	p := newPolicy(t, cfg)
+	tolerated := 3 * time.Second
+	var trace []time.Duration
+	signals := 0
+	for w := 0; w < 40; w++ {
+		// one window of traffic at the current delay
+		end := p.now.Add(cfg.Window)
+		for p.now.Before(end) {
+			d := p.delay()
+			fb := ok
+			if d < tolerated {
+				fb = tooMany
+				signals++
+			}
+			p.request(10*ms, fb)
+			p.now = p.now.Add(max(p.delay(), 100*ms))
+			p.s.tick(p.now)
+		}
+		trace = append(trace, p.delay())
+	}
+	final := trace[len(trace)-1]
+	assert.GreaterOrEqual(t, final, tolerated)
+	assert.Less(t, final, tolerated+tolerated/10, "settles within 10 %% above the limit: %v", trace)
+	// Settled: the last windows drew (almost) no signals: at most one probe
+	// after forgetting the bad bound every settleForget windows.
+	late := 0
+	for _, d := range trace[25:] {
+		if d != final {
+			late++
+		}
+	}
+	assert.LessOrEqual(t, late, 6, "no ping-pong: %v", trace)
+	t.Logf("delays per window: %v; signals %d", trace, signals)
+}
+
+// TestBackoffRecoversToConfigured: the configured delay itself drew the
+// signal, so recovery bisects toward it and settles just above it rather
+// than jumping back into the signal; after settleForget quiet windows the
+// bound is forgotten and the scope returns to the configured delay.
+func TestBackoffRecoversToConfigured(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	p := newPolicy(t, cfg)
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 2*time.Second, p.delay())
+	p.advance(cfg.Window) // the window with the signal ends: not quiet
+	assert.Equal(t, 2*time.Second, p.delay())
+	var trace []time.Duration
+	for range 18 {
+		p.quietWindow()
+		trace = append(trace, p.delay())
+	}
+	want := []time.Duration{1500 * ms, 1250 * ms, 1125 * ms, 1062500 * time.Microsecond, 1031250 * time.Microsecond}
+	assert.Equal(t, want, trace[:5], "halfway toward the delay that drew the signal")
+	for i := 5; i < 14; i++ {
+		assert.Equal(t, 1031250*time.Microsecond, trace[i], "settled within 5 %% above it: %v", trace)
+	}
+	assert.Equal(t, time.Second, trace[len(trace)-1], "bound forgotten: back to the configured delay")
+	assert.False(t, p.s.backoff.learned())
+	// Never below the configured delay.
+	p.quietWindow()
+	assert.Equal(t, time.Second, p.delay())
+}
+
+// TestBackoff429NeverAnOutage: a 429 is a rate limit by definition:
+// however long they persist, plain doubling, no outage probing.
+func TestBackoff429NeverAnOutage(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	p := newPolicy(t, cfg)
+	var steps []time.Duration
+	for range 5 {
+		p.request(10*ms, tooMany)
+		steps = append(steps, p.delay())
+	}
+	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second}, steps)
+	assert.False(t, p.s.backoff.outage)
+}
+
+// A window without traffic proves nothing.
+func TestBackoffIdleWindowProvesNothing(t *testing.T) {
+	cfg := backoffConfig()
+	p := newPolicy(t, cfg)
+	p.request(10*ms, tooMany)
+	p.advance(10 * cfg.Window)
+	assert.Equal(t, time.Second, p.delay())
+}
+
+// TestBackoffOutage: a 503 storm is an outage, not a rate limit: after
+// the delay grew by Factor² the scope probes once per OutageProbe, and the
+// first good answer returns it to where it was.
+func TestBackoffOutage(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	p := newPolicy(t, cfg)
+	storm := Feedback{Status: 503}
+	var steps []time.Duration
+	for range 5 {
+		p.request(10*ms, storm)
+		steps = append(steps, p.delay())
+	}
+	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, time.Minute, time.Minute, time.Minute}, steps)
+	p.request(10*ms, ok)
+	assert.Equal(t, time.Second, p.delay(), "back to the delay before the storm")
+	// If the return draws signals at once, it was a rate limit: doubling
+	// goes on without a second outage.
+	p.request(10*ms, tooMany)
+	p.request(10*ms, tooMany)
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 8*time.Second, p.delay())
+}
+
+func TestConcurrencyBackoff(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Concurrency = 8
+	cfg.Delay = 100 * ms
+	p := newPolicy(t, cfg)
+	timeout := Feedback{Err: errors.New("timeout"), Backoff: true, Timeout: true}
+	var conc []int
+	for range 4 {
+		p.request(10*ms, timeout)
+		conc = append(conc, p.s.concurrency())
+	}
+	assert.Equal(t, []int{4, 2, 1, 1}, conc, "halved, never below 1")
+	assert.Equal(t, time.Second, p.delay(), "then the delay grows, by at least MinDelay")
+	// 429s are rate limiting, not saturation: they don't touch concurrency.
+	p2 := newPolicy(t, cfg)
+	p2.request(10*ms, tooMany)
+	assert.Equal(t, 8, p2.s.concurrency())
+	// Quiet windows restore the concurrency step by step.
+	p.advance(cfg.Window) // the window with the timeouts
+	var back []int
+	for range 4 {
+		p.request(10*ms, ok)
+		p.advance(cfg.Window)
+		back = append(back, p.s.concurrency())
+	}
+	assert.Equal(t, []int{5, 7, 8, 8}, back)
+}
+
+func TestServerGates(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	cfg.Backoff.MaxDelay = 120 * time.Second
+	p := newPolicy(t, cfg)
+	// A 429 with Retry-After: gate until then, on top of one step.
+	p.request(0, Feedback{Status: 429, Wait: 30 * time.Second, HasWait: true})
+	a := p.s.Admit(p.now, 1)
+	assert.Equal(t, ReasonGate, a.Reason)
+	assert.Equal(t, p.now.Add(30*time.Second), a.At)
+	assert.Equal(t, 2*time.Second, p.delay())
+
+	// A 200 saying the quota is spent: gate without a step.
+	q := newPolicy(t, cfg)
+	q.request(0, Feedback{Status: 200, Wait: 10 * time.Second, HasWait: true, Exhausted: true})
+	assert.Equal(t, q.now.Add(10*time.Second), q.s.Admit(q.now, 1).At)
+	assert.Equal(t, time.Second, q.delay(), "proactive: no backoff step")
+
+	// A 200 with a reset but quota left: no gate.
+	r := newPolicy(t, cfg)
+	r.request(0, Feedback{Status: 200, Wait: 10 * time.Second, HasWait: true})
+	assert.Equal(t, r.now.Add(time.Second), r.s.Admit(r.now, 1).At, "only the delay")
+
+	// Absurd waits are capped at MaxDelay.
+	s := newPolicy(t, cfg)
+	s.request(0, Feedback{Status: 503, Wait: MaxServerWait, HasWait: true})
+	assert.Equal(t, s.now.Add(120*time.Second), s.s.Admit(s.now, 1).At)
+}
+
+func TestBackoffScopesRestrictSignal(t *testing.T) {
+	cfg := backoffConfig()
+	p := newPolicy(t, cfg) // key "s"
+	p.request(0, Feedback{Status: 200, Backoff: true, BackoffScopes: []string{"target"}, Wait: time.Minute, HasWait: true})
+	assert.Zero(t, p.delay(), "a signal for another scope of the request")
+	assert.Equal(t, ReasonNone, p.s.Admit(p.now, 1).Reason)
+	p.request(0, Feedback{Status: 429, BackoffScopes: []string{"target"}})
+	assert.Zero(t, p.delay(), "even a 429 status, when the FeedbackFunc says it is the target's")
+	p.request(0, Feedback{Status: 200, Backoff: true, BackoffScopes: []string{"s"}})
+	assert.Equal(t, time.Second, p.delay())
+}
+
+func TestBackoffStatusesConfigurable(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Backoff.Statuses = []int{403}
+	p := newPolicy(t, cfg)
+	p.request(0, tooMany)
+	assert.Zero(t, p.delay(), "429 not listed")
+	p.request(0, Feedback{Status: 403})
+	assert.Equal(t, time.Second, p.delay())
+	cfg.Backoff.Enabled = false
+	p2 := newPolicy(t, cfg)
+	p2.request(0, Feedback{Status: 403})
+	assert.Zero(t, p2.delay())
+}
+
+func TestBackoffJitterNarrowsWhileBackingOff(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	cfg.Jitter = SymmetricJitter(0.5)
+	cfg.Backoff.OutageProbe = 0
+	p := newPolicy(t, cfg)
+	p.request(0, tooMany)
+	p.request(0, tooMany) // delay 4 s: backing off
+	for range 200 {
+		p.s.Start(p.now, 1)
+		assert.InDelta(t, 1, p.s.jitter, 0.1+1e-9, "±10 %% while backing off")
+		p.s.inFlight = 0
+	}
+}
+
+func TestDefaultFeedbackSignals(t *testing.T) {
+	now := time.Unix(0, 0)
+	cases := []struct {
+		name    string
+		err     error
+		backoff bool
+	}{
+		{"net timeout", &net.OpError{Op: "read", Err: errTimeout{}}, true},
+		{"client deadline", context.DeadlineExceeded, true},
+		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
+		{"unexpected EOF", errors.Join(errors.New("x"), ioErrUnexpectedEOF()), true},
+		{"caller cancelled", context.Canceled, false},
+		{"other", errors.New("tls: bad certificate"), false},
+	}
+	for _, c := range cases {
+		fb := DefaultFeedback(now, nil, c.err)
+		assert.Equal(t, c.backoff, fb.Backoff, c.name)
+		assert.Equal(t, c.err, fb.Err)
+	}
+	fb := DefaultFeedback(now, &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"7"}}, ContentLength: 12}, nil)
+	assert.Equal(t, 429, fb.Status)
+	assert.Equal(t, 7*time.Second, fb.Wait)
+	assert.True(t, fb.HasWait)
+	assert.EqualValues(t, 12, fb.Size)
+}
+
+func ioErrUnexpectedEOF() error { return io.ErrUnexpectedEOF }
