@@ -61,6 +61,44 @@ type waiter struct {
 	one   [1]qnode
 	gnode qnode // its place in the global queue
 	timer Timer
+	// blocker is the scope that held the waiter back at its last look
+	// (nil: none known, or the global cap). Written by the waiter with all
+	// its scopes locked, so whoever holds one of them may read it.
+	blocker *scope
+}
+
+// maxPass bounds how far a caller looks down a scope's queue for waiters
+// it may pass, so a long queue costs a bounded walk.
+const maxPass = 64
+
+// mustWait reports whether a waiter ahead of mine (nil: a newcomer, behind
+// all) in s's queue waits for s itself, or for nothing known. Waiters held
+// back by another of their scopes are passed: they could not use s now,
+// and keep their place for when they can. This keeps FIFO order among the
+// callers that compete for s without letting a request that waits on its
+// own endpoint's delay stall everyone behind it in the shared host scope.
+func mustWait(s *scope, mine *qnode) bool {
+	n := s.queue.head
+	for k := 0; n != nil && n != mine; k++ {
+		if k >= maxPass || n.w.blocker == nil || n.w.blocker == s {
+			return true
+		}
+		n = n.next
+	}
+	return false
+}
+
+// wakeNeeding signals the first waiter from n on that may need s: one held
+// back by s, or by nothing known. Waiters held back by their other scopes
+// are skipped; those scopes wake them.
+func wakeNeeding(s *scope, n *qnode) {
+	for k := 0; n != nil && k < maxPass; k++ {
+		if b := n.w.blocker; b == nil || b == s {
+			n.w.signal()
+			return
+		}
+		n = n.next
+	}
 }
 
 func newWaiter(nscopes int) *waiter {

@@ -2,9 +2,9 @@ package throttle
 
 import (
 	"context"
-	"net/http"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"time"
 )
 
@@ -346,6 +346,7 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 		s.slots[t.Slot].busy = false
 	}
 	if s.cfg.Quota > 0 {
+		s.quota.roll(now, s.cfg.Window) // a correction counts in the window it arrives in
 		s.quota.correct(s.key, &s.cfg, t, fb)
 	}
 	s.learn(now, t, fb)

@@ -173,7 +173,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		h.s.mu.Lock()
 		h.s.mgr.Finish(now, h.ticket, fb)
 		h.s.lastUsed = now
-		h.s.queue.wakeHead()
+		wakeNeeding(h.s, h.s.queue.head)
 		h.s.mu.Unlock()
 	}
 	m.global.release()
@@ -497,8 +497,12 @@ func (m *ThrottlingManager) relock(hs []held, now time.Time) error {
 // and the index of the scope that holds it back.
 func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.Time) (Admission, int) {
 	for i := range hs {
-		head := hs[i].s.queue.head
-		if (w == nil && head != nil) || (w != nil && head != &w.nodes[i]) {
+		var mine *qnode
+		if w != nil {
+			mine = &w.nodes[i]
+		}
+		if mustWait(hs[i].s, mine) {
+			m.blockedBy(w, hs, i)
 			return Admission{Reason: ReasonQueue}, i
 		}
 	}
@@ -523,6 +527,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 			at, why, who = now.Add(time.Millisecond), a.Reason, i
 		}
 	}
+	m.blockedBy(w, hs, who)
 	if blocked {
 		return Admission{Reason: why}, who
 	}
@@ -530,6 +535,31 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 		return Admission{}, -1
 	}
 	return Admission{At: at, Reason: why}, who
+}
+
+// blockedBy records which of w's scopes holds it back (i < 0: none of
+// them). When that changes, waiters behind w in its other scopes may now
+// pass it, so the first of them that needs each scope is woken.
+func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
+	if w == nil {
+		return
+	}
+	var b *scope
+	if i >= 0 {
+		b = hs[i].s
+	}
+	if w.blocker == b {
+		return
+	}
+	w.blocker = b
+	if b == nil {
+		return
+	}
+	for j := range hs {
+		if hs[j].s != b && w.nodes[j].queued {
+			wakeNeeding(hs[j].s, w.nodes[j].next)
+		}
+	}
 }
 
 // start records the start in every scope of p.
@@ -630,11 +660,13 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 	}
 }
 
-// dequeue takes w out of its scopes' queues, waking the new heads.
+// dequeue takes w out of its scopes' queues and wakes, in each, the first
+// waiter that may need the place w leaves.
 func (m *ThrottlingManager) dequeue(w *waiter, hs []held) {
 	for i := range hs {
-		if hs[i].s.queue.remove(&w.nodes[i]) {
-			hs[i].s.queue.wakeHead()
+		q := &hs[i].s.queue
+		if q.remove(&w.nodes[i]) || q.n > 0 {
+			wakeNeeding(hs[i].s, q.head)
 		}
 	}
 }
@@ -677,6 +709,6 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	defer s.mu.Unlock()
 	s.mgr.SetConfig(m.clock.Now(), cfg)
 	s.explicit = true
-	s.queue.wakeHead()
+	wakeNeeding(s, s.queue.head)
 	return nil
 }
