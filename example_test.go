@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/crawlerkit/throttle"
@@ -143,4 +144,36 @@ func ExampleWithScopeCosts() {
 	fmt.Println(p.Scopes())
 	p.Release(&http.Response{StatusCode: 200}, nil)
 	// Output: [api.example.com credits]
+}
+
+// Pattern rules are a few lines of ScopeConfigFunc: here every subdomain of
+// example.com gets 4 slots and no delay, others the defaults.
+func ExampleConfig_scopeConfigFunc() {
+	cfg := throttle.DefaultConfig()
+	cfg.ScopeConfigFunc = func(scope string, def throttle.ScopeConfig) (throttle.ScopeConfig, bool) {
+		if !strings.HasSuffix(scope, ".example.com") {
+			return def, false // the defaults
+		}
+		def.Concurrency, def.Delay, def.SlotDelay = 4, 0, 0
+		return def, true
+	}
+	m, _ := throttle.New(cfg)
+
+	var held []*throttle.Permit
+	for _, u := range []string{"https://a.example.com/", "https://a.example.com/", "https://other.org/", "https://other.org/"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		p, when, _ := m.TryAcquire(req)
+		if p != nil {
+			held = append(held, p)
+		}
+		fmt.Println(u, p != nil, when.Reason)
+	}
+	for _, p := range held {
+		p.Release(nil, nil)
+	}
+	// Output:
+	// https://a.example.com/ true none
+	// https://a.example.com/ true none
+	// https://other.org/ true none
+	// https://other.org/ false concurrency
 }
