@@ -17,6 +17,7 @@ func benchConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 0, 0, Jitter{}
 	cfg.GlobalConcurrency = 1 << 20
+	cfg.Robots.Enabled = false // made-up hosts
 	return cfg
 }
 

@@ -62,6 +62,10 @@ type Config struct {
 	// DelayedWarnThreshold: the first time this many callers wait at once,
 	// a warning is logged. Default 500. Zero turns the warning off.
 	DelayedWarnThreshold int
+
+	// Robots configures robots.txt fetching and its Crawl-delay. On by
+	// default: see RobotsConfig.
+	Robots RobotsConfig
 }
 
 // ScopeConfig configures one scope. DefaultConfig().Default holds the
@@ -121,6 +125,7 @@ func DefaultConfig() Config {
 		IdleTimeout:          5 * time.Minute,
 		LearnedIdleTimeout:   time.Hour,
 		DelayedWarnThreshold: 500,
+		Robots:               DefaultRobotsConfig(),
 	}
 }
 
@@ -168,6 +173,9 @@ func (c *Config) validate() error {
 	}
 	if c.DelayedWarnThreshold < 0 {
 		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}
+	}
+	if err := c.Robots.validate(); err != nil {
+		return err
 	}
 	if err := c.Default.validate("Default"); err != nil {
 		return err

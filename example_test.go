@@ -55,6 +55,7 @@ func ExampleThrottlingManager_Acquire() {
 	cfg.Default.Delay = 300 * time.Millisecond
 	cfg.Default.SlotDelay = time.Second
 	cfg.Default.Jitter = throttle.Jitter{} // exact times
+	cfg.Robots.Enabled = false             // no robots.txt fetch in this example
 	m, _ := throttle.New(cfg)
 
 	t0 := clock.Now()
@@ -132,6 +133,7 @@ func ExampleWithScopeCosts() {
 	credits.Delay, credits.SlotDelay, credits.Concurrency = 0, 0, 100
 	credits.Quota = 100 // credits per Window (60s)
 	cfg.Scopes = map[string]throttle.ScopeConfig{"credits": credits}
+	cfg.Robots.Enabled = false // no robots.txt fetch in this example
 	m, _ := throttle.New(cfg)
 
 	ctx := throttle.WithScopeCosts(context.Background(),

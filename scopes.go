@@ -145,6 +145,9 @@ func plainHost(h string) bool {
 
 type scopesKey struct{}
 
+// noScopes, stored under scopesKey, hides the scopes of a parent context.
+type noScopes struct{}
+
 // WithScopes returns a context whose requests are throttled by exactly the
 // given scope keys (cost 1 each) instead of what the Scoper says. The scopes
 // persist across the redirect hops of a request made with this context.

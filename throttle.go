@@ -36,6 +36,7 @@ type ThrottlingManager struct {
 	global  globalGate
 	waiting atomic.Int64
 	warned  atomic.Bool
+	robots  *robotsCache // nil when robots.txt handling is off
 }
 
 const numShards = 64
@@ -90,6 +91,9 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	m.global.limit = int64(cfg.GlobalConcurrency)
 	for i := range m.shards {
 		m.shards[i].m = make(map[string]*scope)
+	}
+	if cfg.Robots.Enabled {
+		m.robots = newRobotsCache(m, cfg.Robots)
 	}
 	return m, nil
 }
@@ -216,14 +220,19 @@ func (e *WaitError) Unwrap() error { return e.Err }
 // falls before the earliest possible start. A caller that stops waiting
 // consumes nothing and holds no slot.
 func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
-	return m.acquire(ctx, req, time.Time{})
+	return m.acquire(ctx, req, time.Time{}, nil)
 }
 
-func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+// acquire is Acquire for a request that may not start before notBefore,
+// going through rt (nil for manual callers).
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
 	now := m.clock.Now()
+	if m.robots != nil && req != nil && m.robots.ensure(ctx, req, rt, now) {
+		now = m.clock.Now()
+	}
 	p, err := m.newPermit(ctx, req, now)
 	if err != nil {
 		return nil, err
@@ -357,9 +366,13 @@ func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) er
 	return nil
 }
 
+func (m *ThrottlingManager) shardOf(key string) *shard {
+	return &m.shards[maphash.String(m.seed, key)%numShards]
+}
+
 // lookup returns the scope for key, creating it on first use.
 func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
-	sh := &m.shards[maphash.String(m.seed, key)%numShards]
+	sh := m.shardOf(key)
 	sh.mu.RLock()
 	s := sh.m[key]
 	sh.mu.RUnlock()
@@ -418,7 +431,13 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if f == nil {
 		f = m.factory
 	}
-	return &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now}, nil
+	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now}
+	if m.robots != nil {
+		if d := m.robots.hostDelay(key); d > 0 {
+			m.robots.apply(s, d)() // not shared yet: no lock needed
+		}
+	}
+	return s, nil
 }
 
 // sweep forgets the idle scopes of sh (DESIGN rule 12). It runs when a
@@ -698,7 +717,7 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	m.cfg.Scopes = next
 	m.cfgMu.Unlock()
 
-	sh := &m.shards[maphash.String(m.seed, key)%numShards]
+	sh := m.shardOf(key)
 	sh.mu.RLock()
 	s := sh.m[key]
 	sh.mu.RUnlock()

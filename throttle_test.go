@@ -26,8 +26,11 @@ func plainConfig() Config {
 	return cfg
 }
 
+// newManager makes a manager for tests on made-up hosts: robots.txt off,
+// so no test reaches for the network (robots tests make their own).
 func newManager(t testing.TB, cfg Config) *ThrottlingManager {
 	t.Helper()
+	cfg.Robots.Enabled = false
 	m, err := New(cfg)
 	require.NoError(t, err)
 	return m

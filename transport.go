@@ -59,7 +59,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNilRequest
 	}
 	ctx := req.Context()
-	p, err := t.m.acquire(ctx, req, t.redirectGate(req))
+	p, err := t.m.acquire(ctx, req, t.redirectGate(req), t)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

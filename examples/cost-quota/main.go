@@ -108,6 +108,10 @@ type paidAPI struct {
 }
 
 func (a *paidAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/robots.txt" {
+		http.NotFound(w, r) // no robots.txt: no rules, and no credits charged
+		return
+	}
 	key := r.Header.Get("X-Api-Key")
 	page, err := strconv.Atoi(r.URL.Query().Get("page"))
 	if key == "" || r.URL.Path != "/v1/extract" || err != nil {

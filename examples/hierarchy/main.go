@@ -142,6 +142,10 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 	hosts := []string{"books.toscrape.com", "quotes.toscrape.com"}
 	rec := &recorder{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r) // no robots.txt: no rules (the throttle fetches it once per host)
+			return
+		}
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
 			host = r.Host

@@ -134,6 +134,10 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 
 	rec := &recorder{res: result{Hosts: map[string]*stat{}, Sites: map[string]*stat{}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r) // no robots.txt: no rules (the throttle fetches it once per host)
+			return
+		}
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
 			host = r.Host

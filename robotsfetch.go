@@ -1,0 +1,401 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// RobotsConfig configures how the manager fetches robots.txt and applies
+// its Crawl-delay and Request-rate (DESIGN rule 11).
+//
+// On the first request to an origin (scheme, host and port) through
+// Acquire or the Transport, its /robots.txt is fetched once, through the
+// throttle itself (it is a request in the host's scope), and cached for
+// TTL; concurrent first requests share the one fetch. A valid Crawl-delay
+// or Request-rate for the user agent sets the host's scope to Concurrency 1
+// and Delay = min(value, MaxDelay); it never lowers a configured delay. On
+// a scope configured explicitly (Config.Scopes or ScopeConfigFunc) the
+// configuration wins and one warning names both values, unless the scope
+// sets IgnoreRobotsTxt, which silences robots.txt altogether.
+//
+// Failures never hold crawling up for long: a request waits at most
+// FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
+// (cached for TTL); a 5xx, a network error or a timeout means no new rules
+// this time (rules fetched before are kept) and the fetch is retried after
+// 1 minute, doubling per failure up to TTL. More than 5 redirects mean no
+// rules, as RFC 9309 allows. TryAcquire never fetches; use RobotsFor.
+//
+// The delay applies to the scope whose key is the request's host, so it
+// has an effect with HostScope and scopers that include the host.
+type RobotsConfig struct {
+	// Enabled turns robots.txt handling on. Default true.
+	Enabled bool
+	// UserAgent is the product token matched against robots.txt groups.
+	// Empty means the product token of each request's User-Agent header;
+	// with none, only the "*" group applies. Default "".
+	UserAgent string
+	// MaxDelay caps the delay robots.txt can ask for. Default 60s.
+	MaxDelay time.Duration
+	// TTL is how long a fetched robots.txt is used. Default 24h.
+	TTL time.Duration
+	// FetchTimeout bounds the wait for one robots.txt fetch. Default 10s.
+	FetchTimeout time.Duration
+	// Client fetches robots.txt for Acquire callers. Nil means a client
+	// over http.DefaultTransport wrapped by the manager's Transport,
+	// following up to 5 redirects. Requests made through a Transport
+	// fetch with that Transport, so its base RoundTripper is used.
+	Client *http.Client
+	// MaxOrigins bounds the cache; beyond it, expired entries and then the
+	// oldest are dropped. Default 100000.
+	MaxOrigins int
+}
+
+// DefaultRobotsConfig returns the robots.txt defaults.
+func DefaultRobotsConfig() RobotsConfig {
+	return RobotsConfig{Enabled: true, MaxDelay: time.Minute, TTL: 24 * time.Hour, FetchTimeout: 10 * time.Second, MaxOrigins: 100000}
+}
+
+func (c RobotsConfig) validate() error {
+	for _, d := range []struct {
+		n string
+		v time.Duration
+	}{{"MaxDelay", c.MaxDelay}, {"TTL", c.TTL}, {"FetchTimeout", c.FetchTimeout}} {
+		if err := checkDuration("Robots."+d.n, d.v); err != nil {
+			return err
+		}
+	}
+	if c.Enabled && c.FetchTimeout == 0 {
+		return &ConfigError{"Robots.FetchTimeout", "must be > 0 when Robots.Enabled"}
+	}
+	if c.MaxOrigins < 0 {
+		return &ConfigError{"Robots.MaxOrigins", "must be >= 0"}
+	}
+	return nil
+}
+
+// robotsFailureRetry is the first retry delay after a failed fetch.
+const robotsFailureRetry = time.Minute
+
+// maxRobotsRedirects is how many redirects a robots.txt fetch follows.
+const maxRobotsRedirects = 5
+
+type robotsFetchKey struct{}
+
+// robotsCache holds the robots.txt of each origin and the delay each host
+// scope got from it.
+type robotsCache struct {
+	m      *ThrottlingManager
+	cfg    RobotsConfig
+	client *http.Client
+
+	mu      sync.RWMutex
+	origins map[origin]*robotsEntry
+	hosts   map[string]time.Duration
+	warned  map[string]bool
+}
+
+type robotsEntry struct {
+	done     chan struct{} // closed when the fetch in progress ends
+	ready    bool          // a fetch has ended
+	robots   *Robots       // nil: no rules
+	expires  time.Time
+	failures int
+	added    time.Time
+}
+
+func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
+	c := &robotsCache{m: m, cfg: cfg, client: cfg.Client,
+		origins: map[origin]*robotsEntry{}, hosts: map[string]time.Duration{}, warned: map[string]bool{}}
+	if c.client == nil {
+		c.client = &http.Client{Transport: m.Transport(http.DefaultTransport), CheckRedirect: limitRedirects}
+	}
+	return c
+}
+
+func limitRedirects(req *http.Request, via []*http.Request) error {
+	if len(via) > maxRobotsRedirects {
+		return errTooManyRedirects
+	}
+	return nil
+}
+
+var errTooManyRedirects = errors.New("throttle: robots.txt: more than 5 redirects")
+
+// origin identifies a robots.txt: scheme, host and port. A struct key, so
+// looking it up allocates nothing.
+type origin struct {
+	https bool
+	host  string // as in the URL, with its port if any
+}
+
+func (o origin) String() string {
+	if o.https {
+		return "https://" + o.host
+	}
+	return "http://" + o.host
+}
+
+// originOf returns req's origin; ok=false when robots.txt does not apply
+// (not http or https, or a robots.txt fetch itself).
+func originOf(req *http.Request) (origin, bool) {
+	u := req.URL
+	if u == nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return origin{}, false
+	}
+	if v, _ := req.Context().Value(robotsFetchKey{}).(bool); v {
+		return origin{}, false
+	}
+	return origin{https: u.Scheme == "https", host: u.Host}, true
+}
+
+// fresh reports whether the origin has a robots.txt fresh at now.
+func (c *robotsCache) fresh(key origin, now time.Time) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.origins[key]
+	return e != nil && e.ready && now.Before(e.expires)
+}
+
+// ensure makes sure req's origin has a robots.txt that is fresh or being
+// fetched, fetching it in this goroutine if no one else is, and waits at
+// most FetchTimeout for a fetch in progress. rt, if not nil, is the
+// Transport the request goes through, used for the fetch. It reports
+// whether it waited (so the caller's now is stale).
+func (c *robotsCache) ensure(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (waited bool) {
+	key, ok := originOf(req)
+	if !ok || c.fresh(key, now) {
+		return false
+	}
+	c.mu.Lock()
+	e := c.origins[key]
+	switch {
+	case e != nil && e.ready && now.Before(e.expires):
+		c.mu.Unlock()
+		return false
+	case e != nil && !e.ready: // someone is fetching: wait a bounded time
+		done := e.done
+		c.mu.Unlock()
+		t := c.m.clock.NewTimer(c.cfg.FetchTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		return true
+	}
+	ne := &robotsEntry{done: make(chan struct{}), added: now}
+	if e != nil { // expired: keep its rules and failures until the new fetch ends
+		ne.robots, ne.failures = e.robots, e.failures
+	}
+	c.evictLocked(now)
+	c.origins[key] = ne
+	c.mu.Unlock()
+	c.fetch(ctx, req, key, ne, rt)
+	return true
+}
+
+// fetch gets key's robots.txt, records the outcome and applies the delay.
+func (c *robotsCache) fetch(ctx context.Context, req *http.Request, key origin, e *robotsEntry, rt *Transport) {
+	robots, ok, err := c.get(ctx, req, key, rt)
+	now := c.m.clock.Now()
+	c.mu.Lock()
+	if ok {
+		e.robots, e.failures = robots, 0
+		e.expires = now.Add(c.cfg.TTL)
+	} else {
+		e.failures++
+		retry := robotsFailureRetry << min(e.failures-1, 20)
+		e.expires = now.Add(min(retry, c.cfg.TTL))
+	}
+	e.ready = true
+	close(e.done)
+	robots = e.robots
+	c.mu.Unlock()
+	if err != nil {
+		c.m.log.Debug("throttle: robots.txt fetch failed", "origin", key.String(), "error", err, "failures", e.failures)
+	}
+	host, herr := RequestHost(req)
+	if herr != nil {
+		return
+	}
+	agent := c.cfg.UserAgent
+	if agent == "" {
+		agent = ProductToken(req.UserAgent())
+	}
+	d, has := robots.Delay(agent)
+	if !has {
+		d = 0
+	}
+	c.setHostDelay(host, min(d, c.cfg.MaxDelay))
+}
+
+// get fetches and parses key's robots.txt. ok=false means a failure to
+// retry later; a 4xx or a redirect loop is ok with no rules (nil).
+func (c *robotsCache) get(ctx context.Context, req *http.Request, key origin, rt *Transport) (*Robots, bool, error) {
+	// The fetch is a request of the host, not of the caller's context: it
+	// gets the Scoper's scopes, not those attached with WithScopes (a
+	// robots.txt must not spend an API's credits).
+	fctx := context.WithValue(context.WithValue(ctx, robotsFetchKey{}, true), scopesKey{}, noScopes{})
+	fctx, cancel := context.WithTimeout(fctx, c.cfg.FetchTimeout)
+	defer cancel()
+	rq, err := http.NewRequestWithContext(fctx, http.MethodGet, key.String()+"/robots.txt", nil)
+	if err != nil {
+		return nil, true, err // no URL to fetch: no rules
+	}
+	if ua := req.Header.Get("User-Agent"); ua != "" {
+		rq.Header.Set("User-Agent", ua)
+	}
+	client := c.client
+	if rt != nil && c.cfg.Client == nil {
+		client = &http.Client{Transport: rt, CheckRedirect: limitRedirects}
+	}
+	resp, err := client.Do(rq)
+	if err != nil {
+		if errors.Is(err, errTooManyRedirects) {
+			return nil, true, nil
+		}
+		return nil, false, err
+	}
+	defer resp.Body.Close() // unread bytes past the cap are never read
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		r, err := ParseRobots(resp.Body)
+		if err != nil {
+			return nil, false, err
+		}
+		return r, true, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return nil, true, nil // unavailable: no rules
+	}
+	return nil, false, fmt.Errorf("throttle: robots.txt: status %s", strconv.Itoa(resp.StatusCode))
+}
+
+// setHostDelay records the delay robots.txt asks of host and applies it to
+// the host's scope if the manager holds one.
+func (c *robotsCache) setHostDelay(host string, d time.Duration) {
+	c.mu.Lock()
+	if d > 0 {
+		c.hosts[host] = d
+	} else {
+		delete(c.hosts, host)
+	}
+	c.mu.Unlock()
+	sh := c.m.shardOf(host)
+	sh.mu.RLock()
+	s := sh.m[host]
+	sh.mu.RUnlock()
+	if s == nil {
+		return // applied when the scope is created
+	}
+	s.mu.Lock()
+	warn := c.apply(s, d)
+	wakeNeeding(s, s.queue.head)
+	s.mu.Unlock()
+	warn()
+}
+
+// hostDelay returns the robots.txt delay recorded for host.
+func (c *robotsCache) hostDelay(host string) time.Duration {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.hosts[host]
+}
+
+// robotsSetter is implemented by ScopeManagers that take a robots.txt
+// delay, as the default one does.
+type robotsSetter interface {
+	SetRobotsDelay(d time.Duration)
+}
+
+// apply gives d to s (locked) unless s is explicit; it returns the warning
+// to log, once per scope, after s is unlocked.
+func (c *robotsCache) apply(s *scope, d time.Duration) (warn func()) {
+	nop := func() {}
+	if !s.explicit {
+		if rs, ok := s.mgr.(robotsSetter); ok {
+			rs.SetRobotsDelay(d)
+		}
+		return nop
+	}
+	cfg, _, err := c.m.scopeConfig(s.key)
+	if err != nil || cfg.IgnoreRobotsTxt || d == 0 {
+		return nop
+	}
+	c.mu.Lock()
+	already := c.warned[s.key]
+	c.warned[s.key] = true
+	c.mu.Unlock()
+	if already {
+		return nop
+	}
+	return func() {
+		c.m.log.Warn("throttle: robots.txt asks for a delay; the scope's configuration wins",
+			"scope", s.key, "robots_delay", d, "configured_delay", cfg.Delay,
+			"configured_concurrency", cfg.Concurrency, "hint", "set IgnoreRobotsTxt on the scope to silence this")
+	}
+}
+
+// evictLocked keeps the cache within MaxOrigins: expired entries first,
+// then the oldest.
+func (c *robotsCache) evictLocked(now time.Time) {
+	if c.cfg.MaxOrigins == 0 || len(c.origins) < c.cfg.MaxOrigins {
+		return
+	}
+	var oldestKey origin
+	var oldest time.Time
+	found := false
+	for k, e := range c.origins {
+		if !e.ready {
+			continue
+		}
+		if !now.Before(e.expires) {
+			delete(c.origins, k)
+			continue
+		}
+		if !found || e.added.Before(oldest) {
+			oldestKey, oldest, found = k, e.added, true
+		}
+	}
+	if len(c.origins) >= c.cfg.MaxOrigins && found {
+		delete(c.origins, oldestKey)
+	}
+	if len(c.hosts) > c.cfg.MaxOrigins {
+		for h := range c.hosts {
+			delete(c.hosts, h)
+			if len(c.hosts) <= c.cfg.MaxOrigins {
+				break
+			}
+		}
+	}
+}
+
+// RobotsFor returns the robots.txt of req's origin, fetching it first if
+// it isn't cached (waiting at most Robots.FetchTimeout), so a crawler can
+// check Allowed before it queues a URL, and TryAcquire users can fetch it
+// when they first meet a host. A nil *Robots allows everything. It returns
+// an error only when robots.txt handling is off or req has no URL.
+func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*Robots, error) {
+	if m.robots == nil {
+		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")
+	}
+	if req == nil || req.URL == nil {
+		return nil, ErrNoHost
+	}
+	m.robots.ensure(ctx, req, nil, m.clock.Now())
+	key, ok := originOf(req)
+	if !ok {
+		return nil, nil
+	}
+	m.robots.mu.RLock()
+	defer m.robots.mu.RUnlock()
+	if e := m.robots.origins[key]; e != nil && e.ready {
+		return e.robots, nil
+	}
+	return nil, nil
+}
