@@ -339,3 +339,44 @@ func TestDefaultFeedbackSignals(t *testing.T) {
 }
 
 func ioErrUnexpectedEOF() error { return io.ErrUnexpectedEOF }
+
+// TestDelayCombination: the effective delay is the largest of the
+// configured delay, robots.txt's, AutoThrottle's and backoff's; the
+// concurrency the smallest of the configured one, robots.txt's 1 and
+// backoff's reduced one; server gates are a separate clock.
+func TestDelayCombination(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = 500 * ms
+	cfg.Concurrency = 4
+	cfg.AutoThrottle.Enabled = true
+	cfg.AutoThrottle.StartDelay = 0
+	p := newPolicy(t, cfg)
+	d, why := p.s.delay()
+	assert.Equal(t, 500*ms, d)
+	assert.Equal(t, ReasonDelay, why)
+
+	p.request(0, Feedback{Status: 200, Latency: 1500 * ms}) // AutoThrottle: max(1.5, (0.5+1.5)/2)
+	assert.Equal(t, 1500*ms, p.delay())
+
+	p.s.SetRobotsDelay(2 * time.Second)
+	d, why = p.s.delay()
+	assert.Equal(t, 2*time.Second, d, "robots.txt's is larger")
+	assert.Equal(t, ReasonRobots, why)
+	assert.Equal(t, 1, p.s.concurrency(), "robots.txt: one at a time")
+
+	p.request(0, tooMany) // backoff: 2 s x 2
+	d, why = p.s.delay()
+	assert.Equal(t, 4*time.Second, d)
+	assert.Equal(t, ReasonBackoff, why)
+
+	// A gate is a separate clock: it holds the start even when the delay
+	// has passed.
+	p.request(0, Feedback{Status: 200, Wait: 2 * time.Minute, HasWait: true, Exhausted: true})
+	a := p.s.Admit(p.now.Add(10*time.Second), 1)
+	assert.Equal(t, ReasonGate, a.Reason)
+	assert.Equal(t, p.now.Add(2*time.Minute), a.At)
+
+	p.s.SetRobotsDelay(0)
+	assert.Equal(t, 4*time.Second, p.delay(), "backoff stays")
+	assert.Equal(t, 4, p.s.concurrency())
+}

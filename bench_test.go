@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -126,4 +128,117 @@ func BenchmarkBaselineRateLimiterMapParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAcquireReleaseMultiScope: three scopes per request.
+func BenchmarkAcquireReleaseMultiScope(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := WithScopes(context.Background(), "example.com", "books.example.com", "api")
+	req := benchRequests(b, 1)[0].WithContext(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := m.Acquire(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release(ok200, nil)
+	}
+}
+
+// BenchmarkTransport: a request through the Transport to a fake
+// RoundTripper, body closed.
+func BenchmarkTransport(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := http.NoBody
+	rt := m.Transport(fakeRT(func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: body, Request: req}, nil
+	}))
+	req := benchRequests(b, 1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkTryAcquireBusy: a scope that says "not yet".
+func BenchmarkTryAcquireBusy(b *testing.B) {
+	cfg := benchConfig()
+	cfg.Default.Delay = time.Hour
+	m, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := benchRequests(b, 1)[0]
+	p, _, err := m.TryAcquire(req)
+	if err != nil || p == nil {
+		b.Fatal("first TryAcquire", err)
+	}
+	p.Release(ok200, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, _, _ := m.TryAcquire(req); p != nil {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+// BenchmarkBaselineSemaphore: a buffered-channel semaphore per host in a
+// mutex-guarded map, the other thing users write by hand.
+func BenchmarkBaselineSemaphore(b *testing.B) {
+	var mu sync.Mutex
+	sems := map[string]chan struct{}{}
+	req := benchRequests(b, 1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		host := req.URL.Hostname()
+		mu.Lock()
+		sem := sems[host]
+		if sem == nil {
+			sem = make(chan struct{}, 1)
+			sems[host] = sem
+		}
+		mu.Unlock()
+		sem <- struct{}{}
+		<-sem
+	}
+}
+
+var memSink *ThrottlingManager
+
+// BenchmarkMemoryPerScope reports the live heap per scope while 100,000
+// hosts are recent, each acquired and released once.
+func BenchmarkMemoryPerScope(b *testing.B) {
+	const hosts = 100_000
+	reqs := benchRequests(b, hosts)
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		m, err := New(benchConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, req := range reqs {
+			p, err := m.Acquire(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release(ok200, nil)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		memSink = m
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/hosts, "B/scope")
+		memSink = nil
+	}
 }

@@ -268,17 +268,26 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 	}
 	ok, adm, _ := m.tryFast(p, now)
 	if !ok {
+		// Never handed out: safe to reuse, unlike a released Permit a
+		// caller may still hold.
+		*p = Permit{}
+		unusedPermits.Put(p)
 		return nil, adm, nil
 	}
 	return p, Admission{}, nil
 }
+
+// unusedPermits recycles permits that TryAcquire made but never returned,
+// so a crawler polling a busy scope allocates nothing.
+var unusedPermits = sync.Pool{New: func() any { return new(Permit) }}
 
 // newPermit resolves req's scopes into a permit that holds nothing yet.
 func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time) (*Permit, error) {
 	if req == nil {
 		return nil, ErrNilRequest
 	}
-	p := &Permit{m: m}
+	p := unusedPermits.Get().(*Permit)
+	p.m = m
 	scopes, fromCtx := ScopesFromContext(ctx)
 	if !fromCtx && req.Context() != ctx {
 		scopes, fromCtx = ScopesFromContext(req.Context())

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the overhead benchmarks with -count and prints each against its
+# baseline from the same run. Usage: scripts/bench.sh [count]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+count=${1:-5}
+out=$(go test -run='^$' -bench='AcquireRelease|Transport|TryAcquireBusy|Baseline|MemoryPerScope' -benchtime=1s -count="$count" .)
+echo "$out" | grep -E '^Benchmark'
+echo
+echo "$out" | awk '
+/^Benchmark/ {
+  name=$1; sub(/-[0-9]+$/, "", name)
+  for (i=2; i<=NF; i++) if ($(i+1)=="ns/op") { ns[name]+=$i; n[name]++ }
+  for (i=2; i<=NF; i++) if ($(i+1)=="B/scope") { bs[name]+=$i; nb[name]++ }
+}
+END {
+  split("BenchmarkAcquireRelease BenchmarkAcquireReleaseParallel BenchmarkAcquireReleaseMultiScope BenchmarkTransport BenchmarkTryAcquireBusy BenchmarkBaselineRateLimiterMap BenchmarkBaselineRateLimiterMapParallel BenchmarkBaselineSemaphore", names, " ")
+  for (k in names) { b=names[k]; if (n[b]) mean[b]=ns[b]/n[b] }
+  base=mean["BenchmarkBaselineRateLimiterMap"]
+  printf "mean ns/op over %d runs:\n", n["BenchmarkAcquireRelease"]
+  for (k=1; k<=8; k++) { b=names[k]; if (b in mean) printf "  %-42s %8.1f\n", b, mean[b] }
+  printf "AcquireRelease / BaselineRateLimiterMap:            %.2fx\n", mean["BenchmarkAcquireRelease"]/base
+  printf "AcquireReleaseParallel / BaselineRateLimiterMapParallel: %.2fx\n", mean["BenchmarkAcquireReleaseParallel"]/mean["BenchmarkBaselineRateLimiterMapParallel"]
+  printf "parallel speed-up (AcquireRelease / AcquireReleaseParallel): %.2fx\n", mean["BenchmarkAcquireRelease"]/mean["BenchmarkAcquireReleaseParallel"]
+  if (nb["BenchmarkMemoryPerScope"]) printf "live heap per recent scope: %.0f B\n", bs["BenchmarkMemoryPerScope"]/nb["BenchmarkMemoryPerScope"]
+}'
