@@ -293,8 +293,12 @@ func (c *robotsCache) setHostDelay(host string, d time.Duration) {
 	if s == nil {
 		return // applied when the scope is created
 	}
+	cfg, _, err := c.m.scopeConfig(host) // user code: before taking the lock
+	if err != nil {
+		return
+	}
 	s.mu.Lock()
-	warn := c.apply(s, d)
+	warn := c.apply(s, d, &cfg)
 	wakeNeeding(s, s.queue.head)
 	s.mu.Unlock()
 	warn()
@@ -313,9 +317,10 @@ type robotsSetter interface {
 	SetRobotsDelay(d time.Duration)
 }
 
-// apply gives d to s (locked) unless s is explicit; it returns the warning
-// to log, once per scope, after s is unlocked.
-func (c *robotsCache) apply(s *scope, d time.Duration) (warn func()) {
+// apply gives d to s (locked) unless s is explicit, whose configuration
+// is cfg; it returns the warning to log, once per scope, after s is
+// unlocked.
+func (c *robotsCache) apply(s *scope, d time.Duration, cfg *ScopeConfig) (warn func()) {
 	nop := func() {}
 	if !s.explicit {
 		if rs, ok := s.mgr.(robotsSetter); ok {
@@ -323,8 +328,7 @@ func (c *robotsCache) apply(s *scope, d time.Duration) (warn func()) {
 		}
 		return nop
 	}
-	cfg, _, err := c.m.scopeConfig(s.key)
-	if err != nil || cfg.IgnoreRobotsTxt || d == 0 {
+	if cfg.IgnoreRobotsTxt || d == 0 {
 		return nop
 	}
 	c.mu.Lock()

@@ -443,7 +443,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now}
 	if m.robots != nil {
 		if d := m.robots.hostDelay(key); d > 0 {
-			m.robots.apply(s, d)() // not shared yet: no lock needed
+			m.robots.apply(s, d, &cfg)() // not shared yet: no lock needed
 		}
 	}
 	return s, nil
