@@ -233,7 +233,7 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 	if m.robots != nil && req != nil && m.robots.ensure(ctx, req, rt, now) {
 		now = m.clock.Now()
 	}
-	p, err := m.newPermit(ctx, req, now)
+	p, err := m.newPermit(ctx, req, now, false)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +262,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		ctx = req.Context()
 	}
 	now := m.clock.Now()
-	p, err := m.newPermit(ctx, req, now)
+	p, err := m.newPermit(ctx, req, now, true)
 	if err != nil {
 		return nil, Admission{}, err
 	}
@@ -282,12 +282,19 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 var unusedPermits = sync.Pool{New: func() any { return new(Permit) }}
 
 // newPermit resolves req's scopes into a permit that holds nothing yet.
-func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time) (*Permit, error) {
+// pooled takes the Permit from unusedPermits (TryAcquire, which returns it
+// there when it refuses).
+func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time, pooled bool) (*Permit, error) {
 	if req == nil {
 		return nil, ErrNilRequest
 	}
-	p := unusedPermits.Get().(*Permit)
-	p.m = m
+	var p *Permit
+	if pooled {
+		p = unusedPermits.Get().(*Permit)
+		p.m = m
+	} else {
+		p = &Permit{m: m}
+	}
 	scopes, fromCtx := ScopesFromContext(ctx)
 	if !fromCtx && req.Context() != ctx {
 		scopes, fromCtx = ScopesFromContext(req.Context())
