@@ -1,0 +1,35 @@
+// Package sim is the traffic simulator of package throttle: it runs whole
+// crawls against model servers in virtual time and measures what each
+// throttling policy does to the server and to the crawl.
+//
+// # Virtual time
+//
+// Nothing runs on goroutines. A Loop is a discrete-event loop ordered by
+// (time, sequence number) over a settable Clock that implements
+// throttle.Clock; the loop sets the clock to each event's time before
+// running it, so a run is single-threaded and, for a seed, deterministic.
+// Workers are not goroutines either: a worker asks its Policy whether it
+// may send (for the throttle, ThrottlingManager.TryAcquire, which never
+// blocks); if admitted, the server model answers at the request's arrival
+// time and the response is delivered latency later, where the permit is
+// released; if not, the worker retries at the time the policy gave, or
+// right after the next release of that policy when it gave none.
+//
+// # Servers and policies
+//
+// Server models (RateLimitServer, CapacityServer, StormServer,
+// PlainServer) answer from their model at the arrival time. Policies are
+// the throttle's configurations (ThrottlePolicy) and reference policies
+// written here as small state machines: colly's LimitRule (CollyPolicy),
+// Scrapy's AutoThrottle rule alone (ScrapyPolicy) and a fixed
+// golang.org/x/time/rate limiter (RatePolicy).
+//
+// # Scenarios and metrics
+//
+// A Scenario is a server model, a client setup (processes, workers,
+// frontier) and the policies to compare. Run runs one (scenario, policy)
+// pair and returns its Result: Metrics (2xx rate against the server's
+// capacity, backoff signals per minute, mean in-flight at the server,
+// storm and Retry-After figures) and Series for the plots. WriteTable,
+// WriteJSON and WriteSVG report them; cmd/throttlesim is the command.
+package sim
