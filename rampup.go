@@ -21,7 +21,9 @@ import (
 //     spends about the target number of signals probing;
 //   - MinSignals..MaxSignals signals: on target, it stays.
 //
-// A signal at a level above the last good one returns there at once and
+// Rampup takes the 429 signals; 5xx and timeouts go to backoff, so an
+// outage is probed as without rampup. A 429 at a level above the last good
+// one returns there at once and
 // marks the level bad; more than MaxSignals at the good level step down by
 // a tenth of a level (7 % of the rate), twice as far for each further
 // window over the target. At level 0 signals go to backoff as usual. Only requests

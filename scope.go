@@ -362,7 +362,11 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		return
 	}
 	old, _ := s.delay()
-	if s.cfg.Rampup.Enabled && s.rampup.onFeedback(now, &s.cfg, t.Start, signal) {
+	// Rampup probes for a rate limit: it takes the 429s (and counts the
+	// good answers); 5xx and timeouts say the server is down or saturated,
+	// which backoff handles, outage probing included.
+	rateSignal := !signal || fb.Status == http.StatusTooManyRequests
+	if s.cfg.Rampup.Enabled && rateSignal && s.rampup.onFeedback(now, &s.cfg, t.Start, signal) {
 		// rampup handled the signal by stepping back to its last good level
 	} else if signal {
 		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, fb.Status == http.StatusTooManyRequests, s.concurrency())

@@ -343,7 +343,9 @@ func TestCapacityAutoThrottle(t *testing.T) {
 // is back to >= 90 % within 2 minutes of the end (asserted: 150 s).
 func TestStormTargets(t *testing.T) {
 	ms := runPolicies(t, StormScenario(0), "throttle", "throttle+auto", "throttle+rampup", "colly", "scrapy-auto", "rate-double")
-	for _, p := range []string{"throttle", "throttle+auto"} {
+	// Rampup takes only 429s; the storm's 503s go to backoff, outage
+	// probing included, so rampup on costs no more than off.
+	for _, p := range []string{"throttle", "throttle+auto", "throttle+rampup"} {
 		m := ms[p]
 		if q := *m.StormQuietAfter; q < 0 || q > 4 {
 			t.Errorf("%s: quiet after %d signals", p, q)
@@ -354,12 +356,6 @@ func TestStormTargets(t *testing.T) {
 		if *m.StormRequests > 12 {
 			t.Errorf("%s: %d requests during the storm", p, *m.StormRequests)
 		}
-	}
-	// Rampup on: while its level is above 0 rampup takes every signal
-	// (stepping down 0.1, 0.2, 0.4 ... levels) and backoff's outage
-	// detection never runs, so the storm costs 17 signals, not 3.
-	if m := ms["throttle+rampup"]; *m.StormQuietAfter < 0 || *m.StormQuietAfter > 20 || *m.RecoverSeconds > 150 {
-		t.Errorf("throttle+rampup: quiet after %d signals, recovered after %.0f s", *m.StormQuietAfter, *m.RecoverSeconds)
 	}
 	for _, p := range []string{"colly", "scrapy-auto", "rate-double"} {
 		if q := *ms[p].StormQuietAfter; q != -1 {
