@@ -543,7 +543,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	}
 	at, why, who := now, ReasonNone, -1
 	if notBefore.After(now) {
-		at, why = notBefore, ReasonGate
+		at, why, who = notBefore, ReasonGate, notBeforeBlocker
 	}
 	blocked := false
 	for i := range hs {
@@ -572,16 +572,28 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	return Admission{At: at, Reason: why}, who
 }
 
-// blockedBy records which of w's scopes holds it back (i < 0: none of
-// them). When that changes, waiters behind w in its other scopes may now
-// pass it, so the first of them that needs each scope is woken.
+// notBeforeBlocker is the blocker index of a request held by its own
+// not-before time (a redirect's Retry-After): no scope's doing, so every
+// scope's other waiters may pass it, and its own timer wakes it.
+const notBeforeBlocker = -2
+
+// ownTime is the blocker of a waiter held by notBefore.
+var ownTime = &scope{key: "(redirect Retry-After)"}
+
+// blockedBy records which of w's scopes holds it back (i == -1: none of
+// them, or the global cap). When that changes, waiters behind w in its
+// other scopes may now pass it, so the first of them that needs each scope
+// is woken.
 func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 	if w == nil {
 		return
 	}
 	var b *scope
-	if i >= 0 {
+	switch {
+	case i >= 0:
 		b = hs[i].s
+	case i == notBeforeBlocker:
+		b = ownTime
 	}
 	if w.blocker == b {
 		return
@@ -708,7 +720,7 @@ func (m *ThrottlingManager) dequeue(w *waiter, hs []held) {
 
 func scopeKey(hs []held, i int) string {
 	if i < 0 || i >= len(hs) {
-		return ""
+		return "" // notBeforeBlocker, or unknown
 	}
 	return hs[i].s.key
 }

@@ -782,3 +782,95 @@ func TestSetScopeConfigWakesWaiters(t *testing.T) {
 func TestShardPadding(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(shard{}), "shards must not share cache lines")
 }
+
+// TestInvariantsMultiScope: 200 goroutines, requests with 1-3 random
+// scopes of five, random hold times, random cancellations, some scopes
+// with delays. Per scope never more than its Concurrency and never two
+// starts closer than (1+Jitter.Min)*Delay; never more than
+// GlobalConcurrency; everything free at the end.
+func TestInvariantsMultiScope(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.GlobalConcurrency = 6
+		cfg.Default.Concurrency = 2
+		cfg.Default.Delay = 0
+		cfg.Default.SlotDelay = 0
+		cfg.Default.Backoff.Enabled = false
+		cfg.JitterSeed = 9
+		slow := cfg.Default
+		slow.Concurrency, slow.Delay = 1, 300*time.Millisecond
+		wide := cfg.Default
+		wide.Concurrency = 4
+		cfg.Scopes = map[string]ScopeConfig{"slow": slow, "wide": wide}
+		m := newManager(t, cfg)
+		keys := []string{"a", "b", "slow", "wide", "e"}
+		limit := map[string]int{"a": 2, "b": 2, "slow": 1, "wide": 4, "e": 2}
+		minGap := map[string]time.Duration{"slow": time.Duration(float64(slow.Delay) * (1 + slow.Jitter.Min))}
+		var mu sync.Mutex
+		cur := map[string]int{}
+		last := map[string]time.Time{}
+		global, violations, admitted, cancelled := 0, 0, 0, 0
+		var wg sync.WaitGroup
+		for g := 0; g < 200; g++ {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(g), 2))
+				for i := 0; i < 25; i++ {
+					n := 1 + r.IntN(3)
+					var mine []string
+					for _, j := range r.Perm(len(keys))[:n] {
+						mine = append(mine, keys[j])
+					}
+					ctx, cancel := context.WithTimeout(WithScopes(context.Background(), mine...), time.Duration(r.IntN(20))*time.Second)
+					p, err := m.Acquire(ctx, get(t, "http://x/"))
+					if err != nil {
+						mu.Lock()
+						cancelled++
+						mu.Unlock()
+						cancel()
+						continue
+					}
+					mu.Lock()
+					now := time.Now()
+					admitted++
+					global++
+					if global > cfg.GlobalConcurrency {
+						violations++
+					}
+					for _, k := range mine {
+						cur[k]++
+						if cur[k] > limit[k] {
+							violations++
+						}
+						if l, ok := last[k]; ok && now.Sub(l) < minGap[k] {
+							violations++
+						}
+						last[k] = now
+					}
+					mu.Unlock()
+					time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
+					mu.Lock()
+					global--
+					for _, k := range mine {
+						cur[k]--
+					}
+					mu.Unlock()
+					p.Release(ok200, nil)
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("admitted %d, gave up %d", admitted, cancelled)
+		assert.Zero(t, violations)
+		assert.Greater(t, admitted, 2000)
+		assert.Zero(t, m.global.n.Load())
+		assert.Zero(t, m.global.pending.Load())
+		for _, k := range keys {
+			s := m.mustScope(t, k)
+			s.mu.Lock()
+			assert.Zero(t, s.queue.n, k)
+			assert.Zero(t, s.mgr.(*defaultScope).inFlight, k)
+			s.mu.Unlock()
+		}
+	})
+}

@@ -318,3 +318,34 @@ func TestTransportBodyReadErrorIsFeedback(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// A redirect hop waiting for its 3xx's Retry-After holds nobody else in
+// its scope back.
+func TestTransportRedirectWaitDoesNotBlockScope(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Concurrency = 0, 0, 4
+		m := newManager(t, cfg)
+		client := &http.Client{Transport: m.Transport(fakeRT(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Path == "/a" {
+				return respond(req, 302, "", "Location", "/b", "Retry-After", "30"), nil
+			}
+			return respond(req, 200, ""), nil
+		}))}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := client.Get("http://a.example/a")
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait() // the /b hop waits 30 s
+		t0 := time.Now()
+		resp, err := client.Get("http://a.example/other")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, t0, time.Now(), "not queued behind the waiting hop")
+		<-done
+	})
+}
