@@ -59,6 +59,13 @@ type Config struct {
 	// Must be >= IdleTimeout.
 	LearnedIdleTimeout time.Duration
 
+	// MaxScopes caps the scopes held at once, against link farms with
+	// millions of hosts: past it, the least recently used idle scopes are
+	// forgotten early, learned state included (per shard of the scope
+	// map, so the order is approximately LRU). Scopes with permits or
+	// waiters are never forgotten. Zero means no cap. Default 1,000,000.
+	MaxScopes int
+
 	// DelayedWarnThreshold: the first time this many callers wait at once,
 	// a warning is logged. Default 500. Zero turns the warning off.
 	DelayedWarnThreshold int
@@ -125,6 +132,7 @@ func DefaultConfig() Config {
 		IdleTimeout:          5 * time.Minute,
 		LearnedIdleTimeout:   time.Hour,
 		DelayedWarnThreshold: 500,
+		MaxScopes:            1_000_000,
 		Robots:               DefaultRobotsConfig(),
 	}
 }
@@ -170,6 +178,9 @@ func (c *Config) validate() error {
 	}
 	if c.LearnedIdleTimeout < c.IdleTimeout {
 		return &ConfigError{"LearnedIdleTimeout", "must be >= IdleTimeout"}
+	}
+	if c.MaxScopes < 0 {
+		return &ConfigError{"MaxScopes", "must be >= 0"}
 	}
 	if c.DelayedWarnThreshold < 0 {
 		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}

@@ -408,7 +408,35 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	if !now.Before(sh.sweepAt) {
 		m.sweep(sh, now)
 	}
+	if limit := m.cfg.MaxScopes; limit > 0 && len(sh.m) > max(limit/numShards, 1) {
+		m.evictLRU(sh, ns, now, len(sh.m)-max(limit/numShards, 1)+len(sh.m)/8)
+	}
 	return ns, nil
+}
+
+// evictLRU forgets up to n of sh's idle scopes, least recently used first,
+// never keep (the scope being created). Evicting an eighth of the shard at
+// a time keeps the sort's cost amortised over many new scopes.
+func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n int) {
+	idle := make([]*scope, 0, len(sh.m))
+	for _, s := range sh.m {
+		if s == keep || !s.mu.TryLock() {
+			continue
+		}
+		if s.queue.n == 0 && s.mgr.Idle(now) != Busy {
+			idle = append(idle, s)
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(idle, func(a, b *scope) int { return a.lastUsed.Compare(b.lastUsed) })
+	for _, s := range idle[:min(n, len(idle))] {
+		s.mu.Lock()
+		if s.queue.n == 0 && s.mgr.Idle(now) != Busy { // still idle
+			s.dead = true
+			delete(sh.m, s.key)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // scopeConfig returns the configuration of key and whether it is explicit.

@@ -874,3 +874,34 @@ func TestInvariantsMultiScope(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxScopesBoundsALinkFarm: 50,000 distinct hosts, each used once,
+// with MaxScopes 2,000: the manager holds about 2,000 scopes, the most
+// recent ones; a scope with a permit is never evicted.
+func TestMaxScopesBoundsALinkFarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		cfg.MaxScopes = 2000
+		cfg.GlobalConcurrency = 100
+		m := newManager(t, cfg)
+		held, err := m.Acquire(context.Background(), get(t, "http://held.example/"))
+		require.NoError(t, err)
+		peak := 0
+		for i := 0; i < 50_000; i++ {
+			p, err := m.Acquire(context.Background(), get(t, fmt.Sprintf("http://farm%d.example/", i)))
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+			if i%1000 == 0 {
+				peak = max(peak, m.Len())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("scopes held: %d at the end, %d at most", m.Len(), peak)
+		assert.LessOrEqual(t, peak, 2000+2000/8+numShards)
+		assert.True(t, m.has("held.example"), "a scope with a permit stays")
+		assert.True(t, m.has("farm49999.example"), "the most recent stay")
+		assert.False(t, m.has("farm0.example"), "the oldest go")
+		held.Release(ok200, nil)
+	})
+}
