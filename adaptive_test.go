@@ -20,22 +20,24 @@ import (
 
 // modelServer answers requests from a model of a server.
 type modelServer struct {
-	mu      sync.Mutex
-	answer  func(now time.Time) (status int, header http.Header, latency time.Duration)
-	starts  []time.Time // when each request reached the server
-	status  []int
-	gated   time.Time // the server's own Retry-After: no request should arrive before
-	inGate  int       // requests that arrived inside a Retry-After the server gave
-	inFly   int
-	flyArea float64 // integral of in-flight over time, for the mean
-	lastAt  time.Time
+	mu     sync.Mutex
+	answer func(now time.Time) (status int, header http.Header, latency time.Duration)
+	starts []time.Time // when each request reached the server
+	status []int
+	// The last Retry-After the server gave, from when the client had the
+	// response in hand until it ends: no request should start inside.
+	gatedFrom, gated time.Time
+	inGate           int // requests that started inside such a gate
+	inFly            int
+	flyArea          float64 // integral of in-flight over time, for the mean
+	lastAt           time.Time
 }
 
 func (s *modelServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	now := time.Now()
 	s.mu.Lock()
 	s.account(now)
-	if now.Before(s.gated) {
+	if !now.Before(s.gatedFrom) && now.Before(s.gated) {
 		s.inGate++
 	}
 	status, h, lat := s.answer(now)
@@ -43,8 +45,10 @@ func (s *modelServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		h = http.Header{}
 	}
 	if ra := h.Get("Retry-After"); ra != "" {
+		// Requests sent while this 429 is on its way were sent before
+		// the client could know: the gate starts when it arrives.
 		n, _ := strconv.Atoi(ra)
-		s.gated = now.Add(time.Duration(n) * time.Second)
+		s.gatedFrom, s.gated = now.Add(lat), now.Add(lat+time.Duration(n)*time.Second)
 	}
 	s.starts = append(s.starts, now)
 	s.status = append(s.status, status)

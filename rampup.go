@@ -12,10 +12,16 @@ import (
 // Concurrency; each level up halves the delay until it reaches MinDelay (a
 // finite number of steps: the last one lands on MinDelay exactly, or on 0
 // once below a millisecond), then adds one to the concurrency, up to
-// MaxConcurrency. At the end of each Window with responses:
+// MaxConcurrency. In that concurrency phase starts are paced at the
+// smoothed latency divided by the level's concurrency, which moves
+// continuously between whole numbers: the slots don't open in lockstep (a
+// burst a token bucket would refuse) and the rate is not stuck at steps of
+// 1/latency. At the end of each Window with responses:
 //
 //   - fewer backoff signals than MinSignals: the level is proven good and
-//     rampup climbs: one level up while no bad level is known, else halfway
+//     rampup climbs: while no bad level is known, one delay level a window
+//     (each doubles the rate; levels the slots already hold back are
+//     skipped), then 1, 2, 4 ... slots a window (slow start); else halfway
 //     to the lowest level that drew too many signals (bisection), else to
 //     that bad level itself once the two are within 2 % of a step, so it
 //     spends about the target number of signals probing;
@@ -81,10 +87,12 @@ type rampup struct {
 	good    float64 // highest level proven good
 	bad     float64 // lowest level that drew too many signals
 	hasBad  bool
-	down    float64   // the last step down; doubles while windows stay over target
-	changed time.Time // when the level last changed
-	k       float64   // levels in the delay phase
-	top     float64   // highest level
+	step    float64       // the next climb while no bad level is known; doubles per quiet window
+	lat     time.Duration // smoothed latency of good answers: paces the concurrency phase
+	down    float64       // the last step down; doubles while windows stay over target
+	changed time.Time     // when the level last changed
+	k       float64       // levels in the delay phase
+	top     float64       // highest level
 
 	win        time.Time
 	winSet     bool
@@ -125,10 +133,15 @@ func (r *rampup) delay(cfg *ScopeConfig) (time.Duration, bool) {
 
 func (r *rampup) delayAt(cfg *ScopeConfig, pos float64) time.Duration {
 	if pos >= r.k {
+		floor := time.Duration(0)
 		if cfg.Rampup.MinDelay >= time.Millisecond || cfg.Delay <= cfg.Rampup.MinDelay {
-			return min(cfg.Rampup.MinDelay, cfg.Delay)
+			floor = min(cfg.Rampup.MinDelay, cfg.Delay)
 		}
-		return 0
+		// Pace the slots: x requests per latency, evenly spaced, so the
+		// slots don't open in lockstep and reach the server as one burst;
+		// x moves continuously between concurrencies, so the rate does.
+		x := float64(cfg.Concurrency) + (pos - r.k)
+		return max(floor, scaleDuration(r.lat, 1/x))
 	}
 	return max(cfg.Rampup.MinDelay, scaleDuration(cfg.Delay, math.Exp2(-pos)))
 }
@@ -138,7 +151,7 @@ func (r *rampup) concurrency(cfg *ScopeConfig) (int, bool) {
 	if !cfg.Rampup.Enabled || r.pos < r.k {
 		return 0, false
 	}
-	return cfg.Concurrency + int(r.pos-r.k), true
+	return cfg.Concurrency + int(math.Ceil(r.pos-r.k)), true
 }
 
 func (r *rampup) learned() bool { return r.pos != 0 || r.hasBad }
@@ -152,9 +165,16 @@ func (r *rampup) setLevel(now time.Time, pos float64) {
 
 // onFeedback counts one response. It reports whether it handled a signal
 // (by stepping down), so that backoff does not step as well.
-func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, signal bool) bool {
+func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, signal bool, latency time.Duration) bool {
 	if !signal {
 		r.winOK++
+		if latency > 0 {
+			if r.lat == 0 {
+				r.lat = latency
+			} else {
+				r.lat += (latency - r.lat) / 8
+			}
+		}
 		return false
 	}
 	r.winSignals++
@@ -163,7 +183,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, 
 	}
 	switch {
 	case r.pos > r.good: // a probe failed: back to the last good level
-		r.bad, r.hasBad = r.pos, true
+		r.bad, r.hasBad, r.step = r.pos, true, 0
 		r.setLevel(now, r.good)
 		return true
 	case r.winSignals > cfg.Rampup.MaxSignals && r.pos > 0: // the good level isn't
@@ -171,7 +191,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, 
 		// over the target: a limit that moved slightly costs little, one
 		// that fell far is found in a few windows.
 		r.down = max(r.down*2, rampupStepDown)
-		r.bad, r.hasBad = r.pos, true
+		r.bad, r.hasBad, r.step = r.pos, true, 0
 		r.good = max(0, r.pos-r.down)
 		r.setLevel(now, r.good)
 		r.winSignals = 0 // count the new level's window afresh
@@ -199,7 +219,7 @@ func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {
 	}
 	if r.winOK+r.winSignals > 0 && r.winSignals < cfg.Rampup.MinSignals {
 		before := r.pos
-		r.climb(now)
+		r.climb(now, cfg)
 		changed = r.pos != before
 	}
 	r.win = r.win.Add(now.Sub(r.win) / cfg.Window * cfg.Window)
@@ -208,14 +228,29 @@ func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {
 }
 
 // climb moves up after a window with fewer signals than the target.
-func (r *rampup) climb(now time.Time) {
+func (r *rampup) climb(now time.Time, cfg *ScopeConfig) {
 	r.good = r.pos
 	if r.hasBad && r.bad <= r.good {
 		r.hasBad = false
 	}
 	switch {
 	case !r.hasBad:
-		r.setLevel(now, math.Floor(r.pos+1))
+		// In the delay phase each level doubles the rate already: one a
+		// window. In the concurrency phase, where a level adds one slot,
+		// slow start: 1, 2, 4 ... levels a window until a level draws too
+		// many signals, then bisection. Delay levels the slots already
+		// hold back (delay below latency/concurrency) are skipped: they
+		// would not change the rate.
+		if r.pos < r.k {
+			r.step = 1
+		} else {
+			r.step = max(r.step*2, 1)
+		}
+		next := math.Floor(r.pos + r.step)
+		if next < r.k && r.lat > 0 && r.delayAt(cfg, next) <= scaleDuration(r.lat, 1/float64(cfg.Concurrency)) {
+			next = r.k
+		}
+		r.setLevel(now, next)
 	case r.bad-r.good > rampupEpsilon:
 		r.setLevel(now, (r.good+r.bad)/2)
 	default:

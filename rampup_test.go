@@ -23,8 +23,9 @@ func (p *policy) quietWindow() {
 }
 
 // TestRampupLadderIsFinite: the delay halves to its floor in a finite
-// number of steps (the last one lands on the floor exactly), then the
-// concurrency rises by one per window up to the cap, and stops there.
+// number of windows (the last step lands on the floor exactly) with the
+// configured concurrency; then the concurrency rises (slow start: 1, 2, 4
+// ... slots a window) to the cap and stops there.
 func TestRampupLadderIsFinite(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -42,20 +43,47 @@ func TestRampupLadderIsFinite(t *testing.T) {
 			p.advance(0)
 			var got []time.Duration
 			for range c.delays {
+				assert.Equal(t, 1, p.s.concurrency(), "delay first")
 				p.quietWindow()
 				got = append(got, p.delay())
 			}
 			assert.Equal(t, c.delays, got)
-			assert.Equal(t, 1, p.s.concurrency(), "delay first")
 			var conc []int
 			for range 5 {
 				p.quietWindow()
 				conc = append(conc, p.s.concurrency())
 				assert.Equal(t, c.floor, p.delay())
 			}
-			assert.Equal(t, []int{2, 3, 4, 4, 4}, conc, "then +1 a window, up to the cap")
+			for i := range conc {
+				assert.LessOrEqual(t, conc[i], 4, "never above the cap")
+				if i > 0 {
+					assert.GreaterOrEqual(t, conc[i], conc[i-1])
+				}
+			}
+			assert.Equal(t, 4, conc[len(conc)-1], "up to the cap")
 		})
 	}
+}
+
+// TestRampupPacesTheConcurrencyPhase: past the delay phase, starts are
+// spaced by latency / concurrency, so slots don't open in lockstep.
+func TestRampupPacesTheConcurrencyPhase(t *testing.T) {
+	cfg := rampConfig()
+	cfg.Rampup.MaxConcurrency = 8
+	p := newPolicy(t, cfg)
+	p.advance(0)
+	for range 12 {
+		p.request(0, Feedback{Status: 200, Latency: 2 * time.Second})
+		p.advance(cfg.Window)
+	}
+	c := p.s.concurrency()
+	assert.Equal(t, 8, c)
+	assert.Equal(t, 2*time.Second/8, p.delay(), "latency / concurrency")
+	// Half-way between two concurrencies, the pace is half-way too.
+	p.s.rampup.setLevel(p.now, p.s.rampup.k+2.5) // x = 1 + 2.5
+	p.s.refresh()
+	assert.Equal(t, 4, p.s.concurrency())
+	assert.InDelta(t, float64(2*time.Second)/3.5, float64(p.delay()), 1)
 }
 
 func TestRampupCapDefaultsToGlobalConcurrency(t *testing.T) {

@@ -366,7 +366,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	// good answers); 5xx and timeouts say the server is down or saturated,
 	// which backoff handles, outage probing included.
 	rateSignal := !signal || fb.Status == http.StatusTooManyRequests
-	if s.cfg.Rampup.Enabled && rateSignal && s.rampup.onFeedback(now, &s.cfg, t.Start, signal) {
+	if s.cfg.Rampup.Enabled && rateSignal && s.rampup.onFeedback(now, &s.cfg, t.Start, signal, fb.Latency) {
 		// rampup handled the signal by stepping back to its last good level
 	} else if signal {
 		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, fb.Status == http.StatusTooManyRequests, s.concurrency())
