@@ -160,6 +160,8 @@ type ConfigError struct {
 	Reason string // e.g. "must be >= 0"
 }
 
+// Error names the field and the reason, e.g.
+// `throttle: Scopes["api"].Delay: must be >= 0`.
 func (e *ConfigError) Error() string { return "throttle: " + e.Field + ": " + e.Reason }
 
 // Unwrap returns ErrInvalidConfig.

@@ -84,6 +84,7 @@ const (
 var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate",
 	"quota", "robots", "backoff", "global concurrency", "queue"}
 
+// String returns the reason in words, e.g. "slot delay".
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]

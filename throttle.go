@@ -194,6 +194,8 @@ type WaitError struct {
 	Err     error
 }
 
+// Error says which scope held the request back, why, and when it could
+// have started.
 func (e *WaitError) Error() string {
 	msg := "throttle: stopped waiting"
 	if e.Scope != "" {
