@@ -5,9 +5,10 @@
 // # Virtual time
 //
 // Nothing runs on goroutines. A Loop is a discrete-event loop ordered by
-// (time, sequence number) over a settable Clock that implements
-// throttle.Clock; the loop sets the clock to each event's time before
-// running it, so a run is single-threaded and, for a seed, deterministic.
+// (time, sequence number) over the settable fake clock of package
+// throttletest (a throttle.Clock); the loop sets the clock to each event's
+// time before running it, so a run is single-threaded and, for a seed,
+// deterministic.
 // Workers are not goroutines either: a worker asks its Policy whether it
 // may send (for the throttle, ThrottlingManager.TryAcquire, which never
 // blocks); if admitted, the server model answers at the request's arrival

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"container/heap"
+	"github.com/crawlerkit/throttle/throttletest"
 	"time"
 )
 
@@ -9,16 +10,16 @@ import (
 // in order of (time, scheduling order), each with the clock set to its
 // time, so a run is deterministic.
 type Loop struct {
-	clock *Clock
+	clock *throttletest.Clock
 	q     eventHeap
 	seq   uint64
 }
 
 // NewLoop returns a loop whose clock reads start.
-func NewLoop(start time.Time) *Loop { return &Loop{clock: NewClock(start)} }
+func NewLoop(start time.Time) *Loop { return &Loop{clock: throttletest.NewClock(start)} }
 
 // Clock returns the loop's clock, to give to a ThrottlingManager.
-func (l *Loop) Clock() *Clock { return l.clock }
+func (l *Loop) Clock() *throttletest.Clock { return l.clock }
 
 // Now returns the virtual time.
 func (l *Loop) Now() time.Time { return l.clock.Now() }
@@ -38,7 +39,7 @@ func (l *Loop) At(t time.Time, fn func()) {
 func (l *Loop) Run(end time.Time) {
 	for len(l.q) > 0 {
 		next := l.q[0].at
-		if tt, ok := l.clock.NextTimer(); ok && tt.Before(next) {
+		if tt, ok := l.clock.Next(); ok && tt.Before(next) {
 			next = tt
 		}
 		if !next.Before(end) {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/crawlerkit/throttle/throttletest"
 	"io"
 	"log/slog"
 	"math"
@@ -30,7 +31,7 @@ type Policy interface {
 // Env is what a policy factory gets to build one instance.
 type Env struct {
 	// Clock is the run's virtual clock.
-	Clock *Clock
+	Clock *throttletest.Clock
 	// Seed seeds the instance's randomness; never zero.
 	Seed uint64
 	// Limit is the scenario's true per-host rate in req/s: the hidden

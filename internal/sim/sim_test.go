@@ -66,50 +66,6 @@ func fmtInt(v *int) string {
 	return strconv.Itoa(*v)
 }
 
-func TestClockTimers(t *testing.T) {
-	c := NewClock(Epoch)
-	a := c.NewTimer(2 * time.Second)
-	b := c.NewTimer(time.Second)
-	d := c.NewTimer(3 * time.Second)
-	if !d.Stop() {
-		t.Fatal("Stop of a pending timer reported inactive")
-	}
-	if next, ok := c.NextTimer(); !ok || !next.Equal(Epoch.Add(time.Second)) {
-		t.Fatalf("NextTimer = %v, %v", next, ok)
-	}
-	c.Set(Epoch.Add(1500 * time.Millisecond))
-	select {
-	case at := <-b.C():
-		if !at.Equal(Epoch.Add(time.Second)) {
-			t.Fatalf("b fired with %v", at)
-		}
-	default:
-		t.Fatal("b did not fire")
-	}
-	select {
-	case <-a.C():
-		t.Fatal("a fired early")
-	default:
-	}
-	a.Reset(time.Second) // now 2.5 s
-	c.Set(Epoch.Add(10 * time.Second))
-	if at := <-a.C(); !at.Equal(Epoch.Add(2500 * time.Millisecond)) {
-		t.Fatalf("a fired with %v", at)
-	}
-	select {
-	case <-d.C():
-		t.Fatal("stopped timer fired")
-	default:
-	}
-	if !c.Now().Equal(Epoch.Add(10 * time.Second)) {
-		t.Fatalf("Now = %v", c.Now())
-	}
-	c.Set(Epoch) // never backwards
-	if !c.Now().Equal(Epoch.Add(10 * time.Second)) {
-		t.Fatal("clock went backwards")
-	}
-}
-
 func TestLoopOrder(t *testing.T) {
 	l := NewLoop(Epoch)
 	var got []string
