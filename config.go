@@ -73,6 +73,18 @@ type Config struct {
 	// Robots configures robots.txt fetching and its Crawl-delay. On by
 	// default: see RobotsConfig.
 	Robots RobotsConfig
+
+	// Store, when not nil, holds the scopes' admission and learned state
+	// shared with other managers (other worker processes with
+	// redisstore). Nil keeps the state in this manager's memory. The
+	// scopes of a manager with a Store use the default ScopeManager.
+	Store Store
+	// StoreFailure says what happens when the Store fails: FailClosed
+	// (the default) or FallbackLocal.
+	StoreFailure StoreFailureMode
+	// StoreRetry is how long FallbackLocal keeps to local state after a
+	// failure before trying the Store again. Default 1s.
+	StoreRetry time.Duration
 }
 
 // ScopeConfig configures one scope. DefaultConfig().Default holds the
@@ -134,6 +146,7 @@ func DefaultConfig() Config {
 		DelayedWarnThreshold: 500,
 		MaxScopes:            1_000_000,
 		Robots:               DefaultRobotsConfig(),
+		StoreRetry:           time.Second,
 	}
 }
 
@@ -188,6 +201,9 @@ func (c *Config) validate() error {
 		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}
 	}
 	if err := c.Robots.validate(); err != nil {
+		return err
+	}
+	if err := c.validateStore(); err != nil {
 		return err
 	}
 	if err := c.Default.validate("Default"); err != nil {
@@ -265,6 +281,26 @@ func checkDuration(field string, d time.Duration) error {
 func checkFloat(field string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return &ConfigError{field, fmt.Sprintf("must be a finite number, not %v", v)}
+	}
+	return nil
+}
+
+func (c *Config) validateStore() error {
+	if err := checkDuration("StoreRetry", c.StoreRetry); err != nil {
+		return err
+	}
+	if c.StoreFailure > FallbackLocal {
+		return &ConfigError{"StoreFailure", "must be FailClosed or FallbackLocal"}
+	}
+	if c.Store == nil {
+		return nil
+	}
+	custom := c.NewScopeManager != nil || c.Default.NewManager != nil
+	for _, sc := range c.Scopes {
+		custom = custom || sc.NewManager != nil
+	}
+	if custom {
+		return &ConfigError{"Store", "scopes in a Store use the default ScopeManager: NewScopeManager and ScopeConfig.NewManager must be nil"}
 	}
 	return nil
 }

@@ -355,9 +355,9 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 
 // learn routes feedback to the learned parts and sets server gates.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
-	signal := fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(&s.cfg, fb.Status))
-	if fb.HasWait && fb.appliesTo(s.key) && (signal || fb.Exhausted) {
-		s.setGate(now.Add(min(fb.Wait, s.cfg.Backoff.MaxDelay)))
+	signal := s.isSignal(fb)
+	if gate, ok := s.gateFor(now, fb); ok {
+		s.setGate(gate)
 	}
 	if fb.NoAdjust {
 		return
@@ -384,6 +384,21 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", signal)
 	}
+}
+
+// isSignal reports whether fb is a backoff signal for this scope.
+func (s *defaultScope) isSignal(fb *Feedback) bool {
+	return fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(&s.cfg, fb.Status))
+}
+
+// gateFor returns the server gate fb sets on this scope, if any: a
+// server-given wait that comes with a backoff signal or says the quota is
+// spent, capped at Backoff.MaxDelay.
+func (s *defaultScope) gateFor(now time.Time, fb *Feedback) (time.Time, bool) {
+	if fb.HasWait && fb.appliesTo(s.key) && (fb.Exhausted || s.isSignal(fb)) {
+		return now.Add(min(fb.Wait, s.cfg.Backoff.MaxDelay)), true
+	}
+	return time.Time{}, false
 }
 
 func (s *defaultScope) setGate(t time.Time) {

@@ -37,6 +37,7 @@ type ThrottlingManager struct {
 	waiting atomic.Int64
 	warned  atomic.Bool
 	robots  *robotsCache // nil when robots.txt handling is off
+	shared  *shared      // nil without Config.Store
 }
 
 const numShards = 64
@@ -58,7 +59,8 @@ type scope struct {
 	queue    waitQueue
 	lastUsed time.Time
 	explicit bool
-	dead     bool // forgotten for idleness; look it up again
+	dead     bool  // forgotten for idleness; look it up again
+	ver      int64 // with a Store: the version of learned state mgr holds
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
@@ -95,6 +97,9 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if cfg.Robots.Enabled {
 		m.robots = newRobotsCache(m, cfg.Robots)
 	}
+	if cfg.Store != nil {
+		m.shared = newShared(cfg.Store)
+	}
 	return m, nil
 }
 
@@ -112,6 +117,12 @@ type Permit struct {
 	released atomic.Bool
 	noAdjust bool
 	fb       Feedback // the feedback given at Release; kept here so it doesn't escape per call
+
+	// With a Store: the lease, and the local clock when acquired (which
+	// is then the store's time).
+	shared bool
+	lease  string
+	local  time.Time
 }
 
 // held is one scope a permit holds a slot in.
@@ -162,7 +173,11 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 		return
 	}
 	if fillLatency && fb.Latency == 0 {
-		fb.Latency = now.Sub(p.acquired)
+		if p.shared {
+			fb.Latency = now.Sub(p.local)
+		} else {
+			fb.Latency = now.Sub(p.acquired)
+		}
 	}
 	if p.noAdjust {
 		fb.NoAdjust = true
@@ -172,6 +187,10 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 }
 
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
+	if p.shared {
+		m.releaseShared(p, now, fb)
+		return
+	}
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		h.s.mu.Lock()
@@ -239,6 +258,11 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 	if err != nil {
 		return nil, err
 	}
+	if m.useStore(now) {
+		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
+			return p, err
+		}
+	}
 	if notBefore.After(now) {
 		return m.wait(ctx, p, notBefore)
 	}
@@ -268,7 +292,20 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 	if err != nil {
 		return nil, Admission{}, err
 	}
-	ok, adm, _ := m.tryFast(p, now)
+	var ok bool
+	var adm Admission
+	if m.useStore(now) {
+		ok, adm, err = m.tryShared(ctx, p)
+		if err == errUseLocal {
+			ok, adm, _ = m.tryFast(p, now)
+		} else if err != nil {
+			*p = Permit{}
+			unusedPermits.Put(p)
+			return nil, Admission{}, err
+		}
+	} else {
+		ok, adm, _ = m.tryFast(p, now)
+	}
 	if !ok {
 		// Never handed out: safe to reuse, unlike a released Permit a
 		// caller may still hold.
@@ -678,9 +715,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			w.timer.Stop()
 		}
 	}()
-	if n := m.waiting.Add(1); m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
-		m.log.Warn("throttle: many callers waiting at once", "waiting", n, "threshold", m.cfg.DelayedWarnThreshold)
-	}
+	m.countWaiting()
 	defer m.waiting.Add(-1)
 
 	if err := m.relock(hs, now); err != nil {
@@ -736,6 +771,17 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		lockAll(hs)
 	}
 }
+
+// countWaiting counts a caller that starts waiting, and warns the first
+// time DelayedWarnThreshold wait at once.
+func (m *ThrottlingManager) countWaiting() {
+	if n := m.waiting.Add(1); m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
+		m.log.Warn("throttle: many callers waiting at once", "waiting", n, "threshold", m.cfg.DelayedWarnThreshold)
+	}
+}
+
+// Waiting returns the number of callers blocked in Acquire now.
+func (m *ThrottlingManager) Waiting() int { return int(m.waiting.Load()) }
 
 // dequeue takes w out of its scopes' queues and wakes, in each, the first
 // waiter that may need the place w leaves.

@@ -1,0 +1,236 @@
+package throttle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// learnedState is what the default policy of a scope has learned: its
+// AutoThrottle delay, its backoff episode and its rampup level, with the
+// window counters that drive them. It is what a Store shares between
+// workers (as JSON) and what Export saves. What configure derives from the
+// ScopeConfig (minStatus, the rampup ladder) is not part of it.
+//
+// Times are Unix nanoseconds (0: the zero time), so the encoding is small
+// and exact; a Store's workers all use the store's time.
+type learnedState struct {
+	V    int            `json:"v"`
+	Auto *learnedAuto   `json:"a,omitempty"`
+	Back *learnedBack   `json:"b,omitempty"`
+	Ramp *learnedRampup `json:"r,omitempty"`
+}
+
+const learnedVersion = 1
+
+type learnedAuto struct {
+	Delay time.Duration `json:"d"`
+	Seen  bool          `json:"s,omitempty"`
+}
+
+type learnedBack struct {
+	Delay       time.Duration `json:"d,omitempty"`
+	Concurrency int           `json:"c,omitempty"`
+	Bad         time.Duration `json:"bad,omitempty"`
+	HasBad      bool          `json:"hb,omitempty"`
+	Safe        time.Duration `json:"safe,omitempty"`
+	Base        time.Duration `json:"base,omitempty"`
+	LastStep    int64         `json:"ls,omitempty"`
+	Stepped     bool          `json:"st,omitempty"`
+	Outage      bool          `json:"o,omitempty"`
+	Outaged     bool          `json:"od,omitempty"`
+	Settled     int           `json:"se,omitempty"`
+	Win         int64         `json:"w,omitempty"`
+	WinSignals  int           `json:"ws,omitempty"`
+	WinOK       int           `json:"wo,omitempty"`
+}
+
+type learnedRampup struct {
+	Pos        float64       `json:"p,omitempty"`
+	Good       float64       `json:"g,omitempty"`
+	Bad        float64       `json:"bad,omitempty"`
+	HasBad     bool          `json:"hb,omitempty"`
+	Step       float64       `json:"st,omitempty"`
+	Lat        time.Duration `json:"l,omitempty"`
+	Down       float64       `json:"dn,omitempty"`
+	Changed    int64         `json:"ch,omitempty"`
+	Win        int64         `json:"w,omitempty"`
+	WinSignals int           `json:"ws,omitempty"`
+	WinOK      int           `json:"wo,omitempty"`
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// exportLearned returns the scope's learned state.
+func (s *defaultScope) exportLearned() learnedState {
+	st := learnedState{V: learnedVersion}
+	if s.cfg.AutoThrottle.Enabled {
+		st.Auto = &learnedAuto{Delay: s.auto.delay, Seen: s.auto.seen}
+	}
+	if b := &s.backoff; s.cfg.Backoff.Enabled {
+		st.Back = &learnedBack{Delay: b.delay, Concurrency: b.concurrency, Bad: b.bad, HasBad: b.hasBad,
+			Safe: b.safe, Base: b.base, LastStep: unixNano(b.lastStep), Stepped: b.stepped,
+			Outage: b.outage, Outaged: b.outaged, Settled: b.settled,
+			Win: unixNano(b.win), WinSignals: b.winSignals, WinOK: b.winOK}
+		if !b.winSet {
+			st.Back.Win = 0
+		}
+	}
+	if r := &s.rampup; s.cfg.Rampup.Enabled {
+		st.Ramp = &learnedRampup{Pos: r.pos, Good: r.good, Bad: r.bad, HasBad: r.hasBad, Step: r.step,
+			Lat: r.lat, Down: r.down, Changed: unixNano(r.changed),
+			Win: unixNano(r.win), WinSignals: r.winSignals, WinOK: r.winOK}
+		if !r.winSet {
+			st.Ramp.Win = 0
+		}
+	}
+	return st
+}
+
+// errLearned is wrapped by every error about learned state that can't be
+// used.
+var errLearned = errors.New("throttle: invalid learned state")
+
+// check refuses values no policy could have produced, so a corrupt or
+// hostile record can't set a negative delay or an absurd level.
+func (st *learnedState) check() error {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", errLearned, what) }
+	if st.V != learnedVersion {
+		return fmt.Errorf("%w: version %d, want %d", errLearned, st.V, learnedVersion)
+	}
+	if a := st.Auto; a != nil && a.Delay < 0 {
+		return bad("negative AutoThrottle delay")
+	}
+	if b := st.Back; b != nil {
+		if b.Delay < 0 || b.Bad < 0 || b.Safe < 0 || b.Base < 0 || b.Concurrency < 0 || b.Settled < 0 || b.WinSignals < 0 || b.WinOK < 0 {
+			return bad("negative backoff value")
+		}
+	}
+	if r := st.Ramp; r != nil {
+		for _, f := range []float64{r.Pos, r.Good, r.Bad, r.Step, r.Down} {
+			if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+				return bad("rampup level out of range")
+			}
+		}
+		if r.Lat < 0 || r.WinSignals < 0 || r.WinOK < 0 {
+			return bad("negative rampup value")
+		}
+	}
+	return nil
+}
+
+// importLearned replaces the scope's learned state with st's parts that
+// its configuration uses, then reapplies the configuration's bounds.
+func (s *defaultScope) importLearned(st *learnedState) error {
+	if err := st.check(); err != nil {
+		return err
+	}
+	if a := st.Auto; a != nil {
+		s.auto = autoThrottle{delay: a.Delay, seen: a.Seen}
+	}
+	if b := st.Back; b != nil {
+		s.backoff = backoff{minStatus: s.backoff.minStatus, delay: b.Delay, concurrency: b.Concurrency,
+			bad: b.Bad, hasBad: b.HasBad, safe: b.Safe, base: b.Base, lastStep: fromUnixNano(b.LastStep),
+			stepped: b.Stepped, outage: b.Outage, outaged: b.Outaged, settled: b.Settled,
+			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
+	}
+	if r := st.Ramp; r != nil {
+		k, top := s.rampup.k, s.rampup.top
+		s.rampup = rampup{pos: r.Pos, good: r.Good, bad: r.Bad, hasBad: r.HasBad, step: r.Step, lat: r.Lat,
+			down: r.Down, changed: fromUnixNano(r.Changed), k: k, top: top,
+			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winOK: r.WinOK}
+	}
+	s.setConfig(s.cfg) // clamp to this scope's bounds, recompute the effective values
+	return nil
+}
+
+// sharedPolicy is what a ScopeManager must offer for its scope to live in a
+// Store: the limits to send with an admission, learning that reports what
+// the store must apply, and learned state in and out. The default policy
+// implements it.
+type sharedPolicy interface {
+	ScopeManager
+	sharedLimits(now time.Time, sc *StoreScope)
+	sharedLearn(now time.Time, t Ticket, fb *Feedback, out *StoreReleaseScope, first bool)
+	sharedImport(data []byte) error
+	sharedWhy(r Reason) Reason
+}
+
+// sharedLimits fills sc with the scope's limits at now.
+func (s *defaultScope) sharedLimits(now time.Time, sc *StoreScope) {
+	s.tick(now)
+	sc.Concurrency = s.concurrency()
+	sc.Delay, _ = s.delay()
+	sc.Jitter = s.drawJitter()
+	sc.SlotDelay = s.cfg.SlotDelay
+	if s.cfg.Quota > 0 {
+		sc.Quota, sc.Window = s.cfg.Quota, s.cfg.Window
+	}
+}
+
+// sharedWhy refines a store's ReasonDelay into the part that set the delay.
+func (s *defaultScope) sharedWhy(r Reason) Reason {
+	if r == ReasonDelay {
+		_, why := s.delay()
+		return why
+	}
+	return r
+}
+
+// sharedLearn learns from fb like Finish, without the slot accounting the
+// store does, and fills out with what the store must apply: on the first
+// attempt the gate and quota corrections, and always the learned state.
+func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *StoreReleaseScope, first bool) {
+	s.tick(now)
+	if first {
+		out.QuotaFloor = -1
+		if gate, ok := s.gateFor(now, fb); ok {
+			out.Gate = gate
+		}
+		if s.cfg.Quota > 0 {
+			out.QuotaWindow = s.cfg.Window
+			for _, u := range fb.Quota {
+				if u.Scope != "" && u.Scope != s.key {
+					continue
+				}
+				if u.HasCost && u.Cost >= 0 {
+					out.QuotaDelta += u.Cost - t.Cost
+				}
+				if u.HasRemaining && u.Remaining >= 0 && u.Remaining <= s.cfg.Quota {
+					out.QuotaFloor = max(out.QuotaFloor, s.cfg.Quota-u.Remaining)
+				}
+			}
+		}
+	}
+	s.learn(now, t, fb)
+	data, err := json.Marshal(s.exportLearned())
+	if err != nil {
+		return // cannot happen: plain values
+	}
+	out.Learned, out.Data = true, data
+	out.Delay, _ = s.delay()
+	out.Concurrency = s.concurrency()
+}
+
+// sharedImport replaces the learned state with a store's record.
+func (s *defaultScope) sharedImport(data []byte) error {
+	var st learnedState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("%w: %v", errLearned, err)
+	}
+	return s.importLearned(&st)
+}

@@ -1,0 +1,413 @@
+package throttle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// shared is a manager's link to its Config.Store: the request's path when
+// the state lives in a store.
+//
+//	Acquire -> scopes resolved as usual (local scope entries hold the
+//	   policies, a cache of the store's learned state)
+//	-> a global-cap token (local) -> each scope's limits from its policy
+//	-> Store.Admit: one round trip, all scopes at once
+//	-> admitted: the permit holds a lease; refused: wait for a release of
+//	   one of the scopes (Store.Watch) or the answer's time, then again
+//	Release -> each policy learns -> Store.Release: lease ended, gate,
+//	   quota corrections, learned state (version-checked; a conflict is
+//	   merged by learning again on the store's state and sent again)
+type shared struct {
+	store Store
+	lease string        // this manager's lease prefix
+	seq   atomic.Uint64 // lease counter
+	// offset estimates store time minus local clock time, in ns.
+	offset atomic.Int64
+
+	mu       sync.Mutex
+	waiters  map[string]map[*sharedWaiter]struct{}
+	nWaiters int
+	stop     func() // ends the Watch; nil while no one waits
+
+	downMu    sync.Mutex
+	downUntil time.Time // FallbackLocal: local state until then
+	down      bool      // an outage was logged and has not ended
+}
+
+type sharedWaiter struct{ wake chan struct{} }
+
+func newShared(store Store) *shared {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &shared{store: store, lease: hex.EncodeToString(b[:]) + ":", waiters: make(map[string]map[*sharedWaiter]struct{})}
+}
+
+func (sh *shared) newLease() string {
+	return sh.lease + strconv.FormatUint(sh.seq.Add(1), 36)
+}
+
+func (sh *shared) storeTime(local time.Time) time.Time {
+	return local.Add(time.Duration(sh.offset.Load()))
+}
+
+// watch registers w for releases of keys; the Store's Watch runs while
+// anyone waits.
+func (sh *shared) watch(w *sharedWaiter, hs []held) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, h := range hs {
+		set := sh.waiters[h.s.key]
+		if set == nil {
+			set = make(map[*sharedWaiter]struct{})
+			sh.waiters[h.s.key] = set
+		}
+		set[w] = struct{}{}
+	}
+	if sh.nWaiters++; sh.nWaiters == 1 {
+		sh.stop = sh.store.Watch(sh.released)
+	}
+}
+
+func (sh *shared) unwatch(w *sharedWaiter, hs []held) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, h := range hs {
+		if set := sh.waiters[h.s.key]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(sh.waiters, h.s.key)
+			}
+		}
+	}
+	if sh.nWaiters--; sh.nWaiters == 0 && sh.stop != nil {
+		sh.stop()
+		sh.stop = nil
+	}
+}
+
+// released wakes this process's waiters on key. Every waiter of the key
+// asks the store again: as many round trips as local waiters, the price
+// of not keeping a queue in the store.
+func (sh *shared) released(key string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for w := range sh.waiters[key] {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// useStore reports whether requests go to the store at local time now;
+// false only while FallbackLocal waits out an outage.
+func (m *ThrottlingManager) useStore(now time.Time) bool {
+	sh := m.shared
+	if sh == nil {
+		return false
+	}
+	if m.cfg.StoreFailure != FallbackLocal {
+		return true
+	}
+	sh.downMu.Lock()
+	defer sh.downMu.Unlock()
+	return !now.Before(sh.downUntil)
+}
+
+// storeFailed handles a store error: with FailClosed it is returned as a
+// *StoreError; with FallbackLocal the manager turns to local state for
+// StoreRetry (one warning per outage) and nil is returned.
+func (m *ThrottlingManager) storeFailed(op string, err error) error {
+	if m.cfg.StoreFailure != FallbackLocal || op == "release" {
+		if op == "release" {
+			m.log.Warn("throttle: store release failed; the lease expires on its own", "err", err)
+		}
+		return &StoreError{Op: op, Err: err}
+	}
+	sh := m.shared
+	sh.downMu.Lock()
+	sh.downUntil = m.clock.Now().Add(m.cfg.StoreRetry)
+	first := !sh.down
+	sh.down = true
+	sh.downMu.Unlock()
+	if first {
+		m.log.Warn("throttle: store unavailable, using local state", "err", err, "retry", m.cfg.StoreRetry)
+	}
+	return nil
+}
+
+// storeAnswered ends a logged outage.
+func (m *ThrottlingManager) storeAnswered() {
+	sh := m.shared
+	if m.cfg.StoreFailure != FallbackLocal {
+		return
+	}
+	sh.downMu.Lock()
+	back := sh.down
+	sh.down = false
+	sh.downMu.Unlock()
+	if back {
+		m.log.Info("throttle: store answers again, using shared state")
+	}
+}
+
+// errUseLocal tells acquire to go on with local state (FallbackLocal).
+var errUseLocal = errors.New("throttle: use local state")
+
+// admitShared asks the store once to admit p. On admission p holds the
+// lease; the answer says otherwise why and until when.
+func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAnswer, error) {
+	sh := m.shared
+	local := m.clock.Now()
+	now := sh.storeTime(local)
+	req := StoreRequest{Lease: sh.newLease(), Scopes: make([]StoreScope, len(p.scopes))}
+	if err := m.relock(p.scopes, local); err != nil {
+		return StoreAnswer{}, err
+	}
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		sc := &req.Scopes[i]
+		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.ver
+		h.s.mgr.(sharedPolicy).sharedLimits(now, sc)
+		h.s.lastUsed = local
+	}
+	unlockAll(p.scopes)
+
+	ans, err := sh.store.Admit(ctx, &req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ans, &WaitError{Err: ctx.Err()}
+		}
+		if err := m.storeFailed("admit", err); err != nil {
+			return ans, err
+		}
+		return ans, errUseLocal
+	}
+	m.storeAnswered()
+	local = m.clock.Now()
+	sh.offset.Store(int64(ans.Now.Sub(local)))
+	lockAll(p.scopes)
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		if i < len(ans.Learned) {
+			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.ver {
+				if err := h.s.mgr.(sharedPolicy).sharedImport(l.Data); err != nil {
+					m.log.Warn("throttle: store holds unusable learned state; keeping ours", "scope", h.s.key, "err", err)
+				}
+				h.s.ver = l.Version
+			}
+		}
+		if ans.Admitted && i < len(ans.Tickets) {
+			t := ans.Tickets[i]
+			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, Window: t.Window, Start: ans.Now}
+		}
+	}
+	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
+		ans.Reason = p.scopes[ans.Scope].s.mgr.(sharedPolicy).sharedWhy(ans.Reason)
+	}
+	unlockAll(p.scopes)
+	if ans.Admitted {
+		p.lease, p.shared = req.Lease, true
+		p.acquired, p.local = ans.Now, local
+	}
+	return ans, nil
+}
+
+// acquireShared is acquire with the state in the store: admission
+// attempts, and between them a wait for a release of one of the scopes or
+// for the time the store named.
+func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
+	sw := &sharedWaiter{wake: make(chan struct{}, 1)}
+	gw := newWaiter(0)
+	var timer Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	wait := func(d time.Duration, c <-chan struct{}) error {
+		var tc <-chan time.Time
+		if d > 0 {
+			if timer == nil {
+				timer = m.clock.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tc = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+		case <-tc:
+		}
+		return nil
+	}
+	if d := notBefore.Sub(m.clock.Now()); d > 0 {
+		if err := wait(d, nil); err != nil {
+			return nil, &WaitError{Reason: ReasonGate, ReadyAt: notBefore, Err: err}
+		}
+	}
+	watching, counted := false, false
+	defer func() {
+		if watching {
+			m.shared.unwatch(sw, p.scopes)
+		}
+		if counted {
+			m.waiting.Add(-1)
+		}
+	}()
+	for {
+		for !m.global.take(gw) {
+			if err := wait(0, gw.wake); err != nil {
+				m.global.leave(gw)
+				return nil, &WaitError{Reason: ReasonGlobal, Err: err}
+			}
+		}
+		if !watching {
+			// Before asking: a release between a refusal and the
+			// registration would be missed.
+			m.shared.watch(sw, p.scopes)
+			watching = true
+		}
+		ans, err := m.admitShared(ctx, p)
+		if err == nil && ans.Admitted {
+			return p, nil
+		}
+		m.global.release()
+		if err != nil {
+			return nil, err
+		}
+		local := m.clock.Now()
+		var d time.Duration
+		if !ans.At.IsZero() {
+			d = max(ans.At.Sub(ans.Now), time.Millisecond)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(local.Add(d)) {
+				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
+			}
+		}
+		if !counted {
+			counted = true
+			m.countWaiting()
+		}
+		if err := wait(d, sw.wake); err != nil {
+			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, Err: err}
+		}
+	}
+}
+
+// tryShared is TryAcquire with the state in the store: one attempt.
+func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Admission, error) {
+	if !m.global.tryFast() {
+		return false, Admission{Reason: ReasonGlobal}, nil
+	}
+	ans, err := m.admitShared(ctx, p)
+	if err == nil && ans.Admitted {
+		return true, Admission{}, nil
+	}
+	m.global.release()
+	if err != nil {
+		return false, Admission{}, err
+	}
+	adm := Admission{Reason: ans.Reason}
+	if !ans.At.IsZero() {
+		adm.At = m.clock.Now().Add(ans.At.Sub(ans.Now))
+	}
+	return false, adm, nil
+}
+
+// maxLearnRetries bounds the merges of learned state after conflicts.
+const maxLearnRetries = 3
+
+// releaseShared ends p's lease in the store with what each scope learned
+// from fb. local is the manager's clock at release.
+func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
+	now := p.acquired.Add(local.Sub(p.local))
+	rel := StoreRelease{Lease: p.lease, Scopes: make([]StoreReleaseScope, len(p.scopes))}
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		rs := &rel.Scopes[i]
+		h.s.mu.Lock()
+		rs.Key, rs.Version = h.s.key, h.s.ver
+		rs.Ticket = StoreTicket{Slot: h.ticket.Slot, Window: h.ticket.Window}
+		h.s.mgr.(sharedPolicy).sharedLearn(now, h.ticket, fb, rs, true)
+		h.s.lastUsed = local
+		h.s.mu.Unlock()
+	}
+	m.global.release()
+	ctx := context.Background()
+	for try := 0; ; try++ {
+		ans, err := m.shared.store.Release(ctx, &rel)
+		if err != nil {
+			_ = m.storeFailed("release", err)
+			return
+		}
+		m.settleVersions(p, &rel, ans.Conflicts)
+		if len(ans.Conflicts) == 0 || try == maxLearnRetries {
+			if len(ans.Conflicts) > 0 {
+				m.log.Debug("throttle: learned state not stored after repeated conflicts", "scopes", len(ans.Conflicts))
+			}
+			return
+		}
+		// Merge: learn again from fb on the store's state, send that.
+		retry := StoreRelease{Scopes: make([]StoreReleaseScope, 0, len(ans.Conflicts))}
+		for _, c := range ans.Conflicts {
+			h := &p.scopes[c.Scope]
+			rs := StoreReleaseScope{Key: h.s.key, QuotaFloor: -1}
+			h.s.mu.Lock()
+			sp := h.s.mgr.(sharedPolicy)
+			if c.Learned.Data != nil && sp.sharedImport(c.Learned.Data) == nil {
+				sp.sharedLearn(now, h.ticket, fb, &rs, false)
+			} else {
+				sp.sharedLearn(now, h.ticket, &Feedback{NoAdjust: true}, &rs, false) // ours as it is
+			}
+			h.s.ver = c.Learned.Version
+			rs.Version = h.s.ver
+			h.s.mu.Unlock()
+			retry.Scopes = append(retry.Scopes, rs)
+		}
+		rel, p = retry, permitFor(p, ans.Conflicts)
+	}
+}
+
+// settleVersions records the versions the store gave the learned state it
+// stored: max(stored, sent)+1, where stored was the sent one or 0.
+func (m *ThrottlingManager) settleVersions(p *Permit, rel *StoreRelease, conflicts []StoreConflict) {
+	for i := range rel.Scopes {
+		rs := &rel.Scopes[i]
+		if !rs.Learned || containsScope(conflicts, i) {
+			continue
+		}
+		h := &p.scopes[i]
+		h.s.mu.Lock()
+		if h.s.ver == rs.Version {
+			h.s.ver = rs.Version + 1
+		}
+		h.s.mu.Unlock()
+	}
+}
+
+func containsScope(cs []StoreConflict, i int) bool {
+	for _, c := range cs {
+		if c.Scope == i {
+			return true
+		}
+	}
+	return false
+}
+
+// permitFor returns a permit view holding only the conflicting scopes, in
+// the order of the retry's Scopes.
+func permitFor(p *Permit, cs []StoreConflict) *Permit {
+	q := &Permit{m: p.m, acquired: p.acquired, local: p.local, scopes: make([]held, len(cs))}
+	for i, c := range cs {
+		q.scopes[i] = p.scopes[c.Scope]
+	}
+	return q
+}

@@ -1,0 +1,169 @@
+package throttle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// faultyStore is a MemoryStore that fails on demand, as a store whose
+// server went away.
+type faultyStore struct {
+	*MemoryStore
+	fail   atomic.Bool
+	admits atomic.Int64
+}
+
+var errGone = errors.New("connection refused")
+
+func (f *faultyStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error) {
+	f.admits.Add(1)
+	if f.fail.Load() {
+		return StoreAnswer{}, errGone
+	}
+	return f.MemoryStore.Admit(ctx, req)
+}
+
+func (f *faultyStore) Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error) {
+	if f.fail.Load() {
+		return StoreReleaseAnswer{}, errGone
+	}
+	return f.MemoryStore.Release(ctx, rel)
+}
+
+func storeManager(t *testing.T, clock Clock, store Store, mode StoreFailureMode, log *bytes.Buffer) *ThrottlingManager {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = time.Second, 0, Jitter{}
+	cfg.Clock, cfg.Store, cfg.StoreFailure = clock, store, mode
+	if log != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
+	}
+	return newManager(t, cfg)
+}
+
+func TestStoreFailClosed(t *testing.T) { synctest.Test(t, testStoreFailClosed) }
+
+func testStoreFailClosed(t *testing.T) {
+	var clock Clock
+	fs := &faultyStore{MemoryStore: NewMemoryStore(clock)}
+	m := storeManager(t, clock, fs, FailClosed, nil)
+	fs.fail.Store(true)
+	_, err := m.Acquire(context.Background(), get(t, "http://a.test/"))
+	var se *StoreError
+	require.ErrorAs(t, err, &se)
+	require.ErrorIs(t, err, ErrStoreUnavailable)
+	require.ErrorIs(t, err, errGone)
+	require.Equal(t, "admit", se.Op)
+	p, _, err := m.TryAcquire(get(t, "http://a.test/"))
+	require.Nil(t, p)
+	require.ErrorIs(t, err, ErrStoreUnavailable)
+
+	fs.fail.Store(false) // back: no waiting for a retry time
+	p, err = m.Acquire(context.Background(), get(t, "http://a.test/"))
+	require.NoError(t, err)
+	p.Release(ok200, nil)
+}
+
+func TestStoreFallbackLocal(t *testing.T) { synctest.Test(t, testStoreFallbackLocal) }
+
+func testStoreFallbackLocal(t *testing.T) {
+	var clock Clock
+	fs := &faultyStore{MemoryStore: NewMemoryStore(clock)}
+	var log bytes.Buffer
+	m := storeManager(t, clock, fs, FallbackLocal, &log)
+	fs.fail.Store(true)
+	for range 3 {
+		p, err := m.Acquire(context.Background(), get(t, "http://b.test/"))
+		require.NoError(t, err)
+		p.Release(ok200, nil)
+		time.Sleep(time.Second) // fake time (synctest); the local delay holds meanwhile
+	}
+	// 3 s passed: the store was asked again after each StoreRetry (1 s).
+	require.Equal(t, int64(3), fs.admits.Load())
+	require.Equal(t, 1, strings.Count(log.String(), "store unavailable"), log.String())
+
+	fs.fail.Store(false)
+	p, err := m.Acquire(context.Background(), get(t, "http://b.test/"))
+	require.NoError(t, err)
+	require.True(t, p.shared, "the store answers again: back to shared state")
+	p.Release(ok200, nil)
+	require.Contains(t, log.String(), "store answers again")
+	require.Equal(t, int64(4), fs.admits.Load())
+}
+
+func TestStoreNeedsDefaultPolicy(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Store = NewMemoryStore(nil)
+	cfg.NewScopeManager = NewDefaultScopeManager
+	_, err := New(cfg)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Store", ce.Field)
+}
+
+// TestSharedFleetHoldsLimits: 4 managers on one MemoryStore, 200 callers,
+// Concurrency 2 and Delay 100 ms on one host: never more than 2 in flight,
+// starts at least 100 ms apart, checked on the starts the store recorded.
+func TestSharedFleetHoldsLimits(t *testing.T) { synctest.Test(t, testSharedFleetHoldsLimits) }
+
+func testSharedFleetHoldsLimits(t *testing.T) {
+	var clock Clock
+	store := NewMemoryStore(clock)
+	cfg := DefaultConfig()
+	cfg.Default.Concurrency, cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 2, 100*time.Millisecond, 0, Jitter{}
+	cfg.Clock, cfg.Store = clock, store
+	var ms []*ThrottlingManager
+	for range 4 {
+		ms = append(ms, newManager(t, cfg))
+	}
+	const n = 200
+	var inFlight, peak atomic.Int64
+	starts := make(chan time.Time, n)
+	done := make(chan struct{})
+	for i := range n {
+		go func() {
+			p, err := ms[i%4].Acquire(context.Background(), get(t, "http://fleet.test/"))
+			if err != nil {
+				t.Error(err)
+				done <- struct{}{}
+				return
+			}
+			if v := inFlight.Add(1); v > peak.Load() {
+				peak.Store(v)
+			}
+			starts <- p.Acquired()
+			inFlight.Add(-1)
+			p.Release(&http.Response{StatusCode: 200}, nil)
+			done <- struct{}{}
+		}()
+	}
+	for range n {
+		<-done // fake time moves while every goroutine waits
+	}
+	close(starts)
+	var prev time.Time
+	var all []time.Time
+	for s := range starts {
+		all = append(all, s)
+	}
+	slices.SortFunc(all, time.Time.Compare)
+	for i, s := range all {
+		if i > 0 && s.Sub(prev) < 100*time.Millisecond {
+			t.Fatalf("starts %v and %v are %v apart", prev, s, s.Sub(prev))
+		}
+		prev = s
+	}
+	require.LessOrEqual(t, peak.Load(), int64(2))
+	require.Len(t, all, n)
+}

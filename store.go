@@ -1,0 +1,175 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A Store holds the state of scopes that several ThrottlingManagers share,
+// typically one per worker process of a crawler fleet: admission state
+// (slots held as leases, the last start, slot start times, quota counts,
+// server gates) and learned state (each scope's policy state, opaque to the
+// store, with the delay and concurrency it implies).
+//
+// Without a Store (Config.Store nil) a manager keeps all of this in its own
+// memory, the fastest path for a single process. MemoryStore shares state
+// among managers of one process; the redisstore module shares it across
+// processes and machines.
+//
+// The policies (AutoThrottle, backoff, rampup) run in the managers, on the
+// state the store hands them: a Store only counts, compares times and keeps
+// versions, so an implementation is a few atomic operations, like the Lua
+// scripts of redisstore. Package storetest checks an implementation.
+type Store interface {
+	// Admit admits a request on all of its scopes at once, or on none:
+	// when every scope has a free slot, its delay since the last start
+	// has passed (slot delay too), no server gate is pending and the
+	// quota window has room, it records the start under req.Lease and
+	// answers Admitted; otherwise it changes nothing and answers why and
+	// when to ask again.
+	Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error)
+	// Release ends a lease (an unknown or expired lease is no error),
+	// applies gates and quota corrections, and stores learned state for
+	// each scope whose Version matches the store's, or where the store
+	// has none (version 0), as version max(stored, Version)+1: the others
+	// are returned as conflicts, with the store's state, for the caller
+	// to merge and send again with an empty Lease.
+	Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error)
+	// Watch calls fn with the key of every scope where a lease ends, in
+	// this process or another, until stop is called. fn must not block.
+	Watch(fn func(key string)) (stop func())
+}
+
+// StoreRequest asks a Store to admit one request.
+type StoreRequest struct {
+	// Lease names the permit: unique, chosen by the caller.
+	Lease  string
+	Scopes []StoreScope
+}
+
+// StoreScope is one scope of a StoreRequest: its key, the cost, and the
+// limits as the caller's policy sees them. Concurrency and Delay are
+// defaults: a store uses the shared values stored with the learned state
+// when it has them, so every worker applies the latest learned delay at
+// once.
+type StoreScope struct {
+	Key         string
+	Cost        int64
+	Concurrency int
+	Delay       time.Duration
+	// Jitter is the factor applied to the delay that follows this start.
+	Jitter    float64
+	SlotDelay time.Duration
+	Quota     int64
+	Window    time.Duration
+	// Version is the version of learned state the caller holds.
+	Version int64
+}
+
+// StoreAnswer is a Store's answer to a StoreRequest.
+type StoreAnswer struct {
+	Admitted bool
+	// Now is the store's time of the answer: the start time when admitted.
+	Now time.Time
+	// At is, when refused, the earliest time worth asking again; zero
+	// means "at the next release" (Watch).
+	At time.Time
+	// Reason and Scope (an index into the request's Scopes) say what
+	// refused the request.
+	Reason Reason
+	Scope  int
+	// Tickets hold, when admitted, each scope's slot and quota window.
+	Tickets []StoreTicket
+	// Learned holds, for each scope, the store's learned state when its
+	// version is newer than the request's (Data nil otherwise).
+	Learned []StoreLearned
+}
+
+// StoreTicket is what a Store recorded for one scope of an admitted request.
+type StoreTicket struct {
+	Slot   int   // the slot taken, -1 without SlotDelay
+	Window int64 // the quota window the cost was counted in
+}
+
+// StoreLearned is a scope's learned state as a Store holds it.
+type StoreLearned struct {
+	Version int64
+	Data    []byte
+}
+
+// StoreRelease ends a lease and reports what was learned.
+type StoreRelease struct {
+	// Lease is the admitted request's; empty to store learned state only
+	// (the retry after a conflict).
+	Lease  string
+	Scopes []StoreReleaseScope
+}
+
+// StoreReleaseScope is one scope of a StoreRelease.
+type StoreReleaseScope struct {
+	Key    string
+	Ticket StoreTicket
+	// Gate, when not zero, holds every start until then (Retry-After).
+	Gate time.Time
+	// QuotaDelta corrects the cost counted in Ticket.Window (actual minus
+	// admitted); QuotaFloor, when >= 0, raises the current window's
+	// count to at least that (the server's remaining count).
+	// QuotaWindow is the scope's quota window (zero: no quota).
+	QuotaDelta  int64
+	QuotaFloor  int64
+	QuotaWindow time.Duration
+	// Learned says Data, Delay and Concurrency are to be stored if the
+	// store's version is still Version.
+	Learned     bool
+	Version     int64
+	Data        []byte
+	Delay       time.Duration
+	Concurrency int
+}
+
+// StoreReleaseAnswer lists the scopes whose learned state was not stored
+// because another worker stored a newer version first.
+type StoreReleaseAnswer struct {
+	Conflicts []StoreConflict
+}
+
+// StoreConflict is a scope's learned state as the store holds it after a
+// conflicting Release.
+type StoreConflict struct {
+	Scope   int // index into StoreRelease.Scopes
+	Learned StoreLearned
+}
+
+// StoreFailureMode says what Acquire does when the Store fails.
+type StoreFailureMode uint8
+
+const (
+	// FailClosed: Acquire and TryAcquire return a *StoreError at once.
+	FailClosed StoreFailureMode = iota
+	// FallbackLocal: requests are admitted from the manager's own
+	// in-memory state, as without a Store, with one warning per outage;
+	// the store is tried again every Config.StoreRetry and used as soon
+	// as it answers. During the outage each process holds its limits
+	// alone: a fleet of N may send N times the shared rate.
+	FallbackLocal
+)
+
+// ErrStoreUnavailable is matched (errors.Is) by every *StoreError.
+var ErrStoreUnavailable = errors.New("throttle: store unavailable")
+
+// A StoreError is returned by Acquire when the Store failed and
+// Config.StoreFailure is FailClosed. It wraps the store's error.
+type StoreError struct {
+	Op  string // "admit" or "release"
+	Err error
+}
+
+// Error names the operation and the store's error.
+func (e *StoreError) Error() string { return "throttle: store " + e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrStoreUnavailable.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
