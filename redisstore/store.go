@@ -1,0 +1,558 @@
+// Package redisstore is a throttle.Store on Redis: worker processes and
+// machines that crawl the same sites share one set of limits, and what one
+// worker learns (a 429, a Retry-After, AutoThrottle's delay, a rampup
+// level) slows or speeds all of them.
+//
+//	client := redisstore.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := redisstore.New(client, redisstore.Options{Prefix: "crawl:"})
+//	...
+//	defer store.Close()
+//	cfg := throttle.DefaultConfig()
+//	cfg.Store = store
+//	m, err := throttle.New(cfg)
+//
+// # Round trips
+//
+// An admission attempt is one EVALSHA of admit.lua over all of the
+// request's scopes (atomic: all scopes admit it at the same instant, or
+// nothing changes); a release is one EVALSHA of release.lua, plus one more
+// only when another worker stored learned state for the same scope in
+// between (the manager merges and sends again). Scripts are loaded when the
+// store is made and after a Redis restart (EVALSHA falls back to EVAL).
+//
+// # Time
+//
+// The scripts use Redis's TIME, so workers' clocks may disagree.
+// Options.Clock passes the client's clock instead, for tests in fake time.
+//
+// # Leases
+//
+// A permit holds a lease on a slot of each scope that expires after
+// Options.LeaseTTL unless renewed. The store renews the leases of its
+// process's permits every LeaseTTL/3 from one goroutine, so a long
+// download keeps its slot, and a worker killed with SIGKILL frees its
+// slots within LeaseTTL. Releasing an expired lease is harmless.
+//
+// # Waiting
+//
+// release.lua publishes the scope's key on "<prefix>released". The store
+// holds one subscription (one goroutine) while managers watch, and wakes
+// their waiters on their scopes; the time each refusal names (the next
+// start, the earliest lease expiry) is the fallback, so no one polls.
+//
+// # Keys
+//
+// A scope's keys are "<prefix>{<tag>}" (a hash) and "<prefix>{<tag>}:l" (a
+// sorted set of leases), where tag is the scope key's SHA-256 in base64url,
+// truncated to 128 bits: any scope string, of any bytes and length, stays
+// inside the prefix, and the two keys of a scope share a Redis Cluster hash
+// slot. Every key expires: an idle scope's hash after Options.IdleTTL (more
+// while a gate, a delay or a quota window is pending), its lease set after
+// the leases in it.
+//
+// # Redis Cluster
+//
+// Different scopes hash to different slots, and a script may only touch one
+// slot. With Options.Cluster, a request's scopes are admitted one by one in
+// key order; if one refuses, the leases already taken are given back and
+// their quota costs refunded, but the delay turn they used stays used. So
+// no limit is ever exceeded; a multi-scope request may cost its other
+// scopes one delay turn per refusal, and admission is all-or-nothing but
+// not at one instant. Without Options.Cluster (a single Redis, or Sentinel)
+// every admission is one atomic script.
+//
+// # Failures
+//
+// Each call is bounded by Options.Timeout. What the manager then does is
+// throttle.Config.StoreFailure: FailClosed (Acquire returns a
+// *throttle.StoreError) or FallbackLocal.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/crawlerkit/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/admit.lua
+	admitSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
+	//go:embed scripts/renew.lua
+	renewSrc string
+
+	admitScript   = redis.NewScript(admitSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	renewScript   = redis.NewScript(renewSrc)
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Prefix starts every key and the release channel. Default
+	// "throttle:". It must not contain '{' or '}' (the hash tag).
+	Prefix string
+	// LeaseTTL is how long a slot stays held after its holder stops
+	// renewing it (a worker that died). Default 30s.
+	LeaseTTL time.Duration
+	// IdleTTL is how long an unused scope's state (its learned delay
+	// included) is kept. Default 1h, as Config.LearnedIdleTimeout.
+	IdleTTL time.Duration
+	// Timeout bounds each call to Redis. Default 1s.
+	Timeout time.Duration
+	// Clock, when not nil, is the time the scripts use instead of Redis's
+	// TIME: for tests in fake time. Every worker must then share it.
+	Clock throttle.Clock
+	// Cluster admits a multi-scope request scope by scope (see the
+	// package documentation). Set it for Redis Cluster.
+	Cluster bool
+	// Logger receives warnings. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a throttle.Store on Redis. Make it with New; Close it when done.
+type Store struct {
+	rdb     redis.UniversalClient
+	opts    Options
+	channel string
+
+	mu       sync.Mutex
+	leases   map[string]*heldLease // this process's live leases
+	watchers map[int]func(string)
+	nextID   int
+	pubsub   *redis.PubSub
+	closed   bool
+	stop     chan struct{}
+	done     sync.WaitGroup
+}
+
+type heldLease struct {
+	keys    []string // lease set keys
+	members []string
+}
+
+// NewClient returns a go-redis client with the settings the store needs:
+// context deadlines enforced on every call (ContextTimeoutEnabled), short
+// dial and read timeouts and no retries, so a stopped or unreachable
+// Redis fails a call within Options.Timeout instead of holding it.
+func NewClient(o *redis.Options) *redis.Client {
+	c := *o
+	c.ContextTimeoutEnabled = true
+	if c.DialTimeout == 0 {
+		c.DialTimeout = time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = -1
+	}
+	c.DisableIdentity = true
+	return redis.NewClient(&c)
+}
+
+// New returns a Store on rdb. A *redis.Client or *redis.ClusterClient must
+// have ContextTimeoutEnabled (NewClient sets it): without it go-redis waits
+// for ReadTimeout whatever the context says, and a stopped Redis would hold
+// Acquire beyond its context.
+func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errors.New("redisstore: the client needs ContextTimeoutEnabled: true (use redisstore.NewClient)")
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errors.New("redisstore: the client needs ContextTimeoutEnabled: true")
+		}
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "throttle:"
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: Options.Prefix %q must not contain '{' or '}'", opts.Prefix)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"LeaseTTL", &opts.LeaseTTL, 30 * time.Second}, {"IdleTTL", &opts.IdleTTL, time.Hour}, {"Timeout", &opts.Timeout, time.Second}} {
+		switch {
+		case *d.v < 0:
+			return nil, fmt.Errorf("redisstore: Options.%s must be >= 0", d.name)
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v < time.Millisecond:
+			return nil, fmt.Errorf("redisstore: Options.%s must be at least 1ms", d.name)
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{rdb: rdb, opts: opts, channel: opts.Prefix + "released",
+		leases: make(map[string]*heldLease), watchers: make(map[int]func(string)), stop: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	for _, sc := range []*redis.Script{admitScript, releaseScript, renewScript} {
+		// Best effort: a Redis that is down now may be up later, and
+		// EVALSHA falls back to EVAL.
+		_ = sc.Load(ctx, rdb).Err()
+	}
+	s.done.Add(1)
+	go s.renewLoop()
+	return s, nil
+}
+
+// Close stops the store's goroutines (lease renewal, the subscription).
+// Leases still held expire after LeaseTTL. It does not close the client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	ps := s.pubsub
+	s.pubsub = nil
+	s.mu.Unlock()
+	var err error
+	if ps != nil {
+		err = ps.Close()
+	}
+	s.done.Wait()
+	return err
+}
+
+// Keys returns the keys of scope's state hash and lease set.
+func (s *Store) Keys(scope string) (state, leases string) {
+	sum := sha256.Sum256([]byte(scope))
+	tag := base64.RawURLEncoding.EncodeToString(sum[:16])
+	state = s.opts.Prefix + "{" + tag + "}"
+	return state, state + ":l"
+}
+
+func (s *Store) nowArg() string {
+	if s.opts.Clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.opts.Clock.Now().UnixMicro(), 10)
+}
+
+func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+
+func ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+
+// Admit implements throttle.Store.
+func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+	if len(req.Scopes) == 0 {
+		return throttle.StoreAnswer{}, errors.New("redisstore: a request without scopes")
+	}
+	if !s.opts.Cluster || len(req.Scopes) == 1 {
+		return s.admit(ctx, req.Lease, req.Scopes, 0)
+	}
+	return s.admitEach(ctx, req)
+}
+
+// admit runs admit.lua on scopes; base is the index of scopes[0] in the
+// request, for the answer's Scope.
+func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
+	keys := make([]string, 0, 2*len(scopes))
+	args := make([]any, 0, 5+8*len(scopes))
+	args = append(args, s.nowArg(), lease, ms(s.opts.LeaseTTL), ms(s.opts.IdleTTL), len(scopes))
+	for i := range scopes {
+		sc := &scopes[i]
+		h, l := s.Keys(sc.Key)
+		keys = append(keys, h, l)
+		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
+			strconv.FormatFloat(sc.Jitter, 'g', -1, 64), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res, err := admitScript.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
+	}
+	if len(res) != 5+4*len(scopes) {
+		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %d values in the reply", len(res))
+	}
+	ans := throttle.StoreAnswer{
+		Admitted: toInt(res[0]) == 1,
+		Now:      time.UnixMicro(toInt(res[1])),
+		Reason:   reasons[min(max(toInt(res[3]), 0), int64(len(reasons)-1))],
+		Scope:    int(toInt(res[4])) - 1,
+		Learned:  make([]throttle.StoreLearned, len(scopes)),
+	}
+	if at := toInt(res[2]); at > 0 {
+		ans.At = time.UnixMicro(at)
+	}
+	if ans.Scope >= 0 {
+		ans.Scope += base
+	}
+	if ans.Admitted {
+		ans.Tickets = make([]throttle.StoreTicket, len(scopes))
+	}
+	held := &heldLease{}
+	for i := range scopes {
+		r := res[5+4*i:]
+		if ans.Admitted {
+			ans.Tickets[i] = throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
+			held.keys = append(held.keys, keys[2*i+1])
+			held.members = append(held.members, lease+"|"+strconv.Itoa(ans.Tickets[i].Slot))
+		}
+		ans.Learned[i].Version = toInt(r[2])
+		if d, _ := r[3].(string); d != "" {
+			ans.Learned[i].Data = []byte(d)
+		}
+	}
+	if ans.Admitted {
+		s.mu.Lock()
+		if old := s.leases[lease]; old != nil { // admitEach: one lease, several groups
+			old.keys = append(old.keys, held.keys...)
+			old.members = append(old.members, held.members...)
+		} else {
+			s.leases[lease] = held
+		}
+		s.mu.Unlock()
+	}
+	return ans, nil
+}
+
+var reasons = []throttle.Reason{throttle.ReasonNone, throttle.ReasonConcurrency, throttle.ReasonDelay,
+	throttle.ReasonSlotDelay, throttle.ReasonGate, throttle.ReasonQuota}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// admitEach is the Cluster rule: scope by scope in key order; on a
+// refusal, the scopes admitted so far get their lease back and their
+// quota cost refunded.
+func (s *Store) admitEach(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+	order := make([]int, len(req.Scopes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(req.Scopes[a].Key, req.Scopes[b].Key) })
+	all := throttle.StoreAnswer{Admitted: true, Scope: -1,
+		Tickets: make([]throttle.StoreTicket, len(req.Scopes)), Learned: make([]throttle.StoreLearned, len(req.Scopes))}
+	var taken []int
+	for _, i := range order {
+		ans, err := s.admit(ctx, req.Lease, req.Scopes[i:i+1], i)
+		if err != nil || !ans.Admitted {
+			s.cancel(req, taken, all.Tickets)
+			all.Admitted, all.At, all.Reason, all.Scope, all.Tickets = false, ans.At, ans.Reason, ans.Scope, nil
+			if err != nil {
+				return throttle.StoreAnswer{}, err
+			}
+			all.Now = ans.Now
+			all.Learned[i] = ans.Learned[0]
+			return all, nil
+		}
+		all.Now = ans.Now
+		all.Tickets[i] = ans.Tickets[0]
+		all.Learned[i] = ans.Learned[0]
+		taken = append(taken, i)
+	}
+	return all, nil
+}
+
+// cancel gives back the leases of a partial admission.
+func (s *Store) cancel(req *throttle.StoreRequest, taken []int, tickets []throttle.StoreTicket) {
+	if len(taken) == 0 {
+		return
+	}
+	rel := throttle.StoreRelease{Lease: req.Lease}
+	for _, i := range taken {
+		sc := &req.Scopes[i]
+		rel.Scopes = append(rel.Scopes, throttle.StoreReleaseScope{Key: sc.Key, Ticket: tickets[i],
+			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window})
+	}
+	if _, err := s.Release(context.Background(), &rel); err != nil {
+		s.opts.Logger.Warn("redisstore: giving back a partial admission failed; its leases expire", "err", err)
+	}
+}
+
+// Release implements throttle.Store.
+func (s *Store) Release(ctx context.Context, rel *throttle.StoreRelease) (throttle.StoreReleaseAnswer, error) {
+	if len(rel.Scopes) == 0 {
+		return throttle.StoreReleaseAnswer{}, nil
+	}
+	if !s.opts.Cluster || len(rel.Scopes) == 1 {
+		return s.release(ctx, rel.Lease, rel.Scopes, 0)
+	}
+	var all throttle.StoreReleaseAnswer
+	var errs []error
+	for i := range rel.Scopes {
+		ans, err := s.release(ctx, rel.Lease, rel.Scopes[i:i+1], i)
+		errs = append(errs, err)
+		all.Conflicts = append(all.Conflicts, ans.Conflicts...)
+	}
+	return all, errors.Join(errs...)
+}
+
+func (s *Store) release(ctx context.Context, lease string, scopes []throttle.StoreReleaseScope, base int) (throttle.StoreReleaseAnswer, error) {
+	if lease != "" {
+		s.mu.Lock()
+		delete(s.leases, lease)
+		s.mu.Unlock()
+	}
+	keys := make([]string, 0, 2*len(scopes))
+	args := make([]any, 0, 5+12*len(scopes))
+	args = append(args, s.nowArg(), lease, ms(s.opts.IdleTTL), s.channel, len(scopes))
+	for i := range scopes {
+		rs := &scopes[i]
+		h, l := s.Keys(rs.Key)
+		keys = append(keys, h, l)
+		var gate int64
+		if !rs.Gate.IsZero() {
+			gate = rs.Gate.UnixMicro()
+		}
+		learned := "0"
+		if rs.Learned {
+			learned = "1"
+		}
+		args = append(args, rs.Key, rs.Ticket.Slot, rs.Ticket.Window, gate, rs.QuotaDelta, rs.QuotaFloor,
+			us(rs.QuotaWindow), learned, rs.Version, rs.Data, us(rs.Delay), max(rs.Concurrency, 1))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res, err := releaseScript.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+	}
+	var ans throttle.StoreReleaseAnswer
+	for i := 0; i+2 < len(res); i += 3 {
+		c := throttle.StoreConflict{Scope: int(toInt(res[i])) - 1 + base, Learned: throttle.StoreLearned{Version: toInt(res[i+1])}}
+		if d, _ := res[i+2].(string); d != "" {
+			c.Learned.Data = []byte(d)
+		}
+		ans.Conflicts = append(ans.Conflicts, c)
+	}
+	return ans, nil
+}
+
+// Watch implements throttle.Store: one subscription to the release
+// channel for the whole store, made by the first watcher (it returns once
+// Redis confirmed it, so no release after Watch is missed) and kept until
+// Close; go-redis resubscribes after a reconnection.
+func (s *Store) Watch(fn func(key string)) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.nextID
+	s.nextID++
+	s.watchers[id] = fn
+	if s.pubsub == nil && !s.closed {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+		ps := s.rdb.Subscribe(ctx, s.channel)
+		if _, err := ps.Receive(ctx); err != nil {
+			// Redis is away: the waiters fall back to the times the
+			// refusals named; the subscription connects when Redis is
+			// back.
+			s.opts.Logger.Debug("redisstore: subscribe", "err", err)
+		}
+		cancel()
+		s.pubsub = ps
+		s.done.Add(1)
+		go s.dispatch(ps.Channel())
+	}
+	return func() {
+		s.mu.Lock()
+		delete(s.watchers, id)
+		s.mu.Unlock()
+	}
+}
+
+// dispatch hands each release to the watchers.
+func (s *Store) dispatch(ch <-chan *redis.Message) {
+	defer s.done.Done()
+	var fns []func(string)
+	for msg := range ch {
+		s.mu.Lock()
+		fns = fns[:0]
+		for _, fn := range s.watchers {
+			fns = append(fns, fn)
+		}
+		s.mu.Unlock()
+		for _, fn := range fns {
+			fn(msg.Payload)
+		}
+	}
+}
+
+// renewLoop renews this process's leases every LeaseTTL/3.
+func (s *Store) renewLoop() {
+	defer s.done.Done()
+	every := s.opts.LeaseTTL / 3
+	for {
+		var c <-chan time.Time
+		var t throttle.Timer
+		if s.opts.Clock != nil {
+			t = s.opts.Clock.NewTimer(every)
+			c = t.C()
+		} else {
+			rt := time.NewTimer(every)
+			c = rt.C
+			t = realTimer{rt}
+		}
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-c:
+		}
+		s.Renew(context.Background())
+	}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// Renew extends every lease this process holds by LeaseTTL now. The store
+// calls it every LeaseTTL/3; tests in fake time call it directly. It
+// returns how many leases were still held in Redis.
+func (s *Store) Renew(ctx context.Context) int {
+	s.mu.Lock()
+	var keys, members []string
+	for _, l := range s.leases {
+		keys = append(keys, l.keys...)
+		members = append(members, l.members...)
+	}
+	s.mu.Unlock()
+	renewed := 0
+	for i := range keys {
+		// One key a call: the keys of different scopes may live on
+		// different cluster nodes.
+		args := []any{s.nowArg(), ms(s.opts.LeaseTTL), members[i]}
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		n, err := renewScript.Run(cctx, s.rdb, []string{keys[i]}, args...).Int()
+		cancel()
+		if err != nil {
+			s.opts.Logger.Debug("redisstore: renew", "err", err)
+			continue
+		}
+		renewed += n
+	}
+	return renewed
+}
+
+var _ throttle.Store = (*Store)(nil)
