@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,6 +89,12 @@ func (s *defaultScope) exportLearned() learnedState {
 			Win: unixNano(b.win), WinSignals: b.winSignals, WinOK: b.winOK}
 		if !b.winSet {
 			st.Back.Win = 0
+		}
+		if !b.learned() && !b.outage {
+			// Outside an episode the window's counts decide nothing:
+			// leaving them out keeps the record unchanged from one
+			// response to the next, so a Store has nothing to write.
+			st.Back.WinSignals, st.Back.WinOK = 0, 0
 		}
 	}
 	if r := &s.rampup; s.cfg.Rampup.Enabled {
@@ -221,9 +228,20 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 	if err != nil {
 		return // cannot happen: plain values
 	}
-	out.Learned, out.Data = true, data
-	out.Delay, _ = s.delay()
-	out.Concurrency = s.concurrency()
+	d, _ := s.delay()
+	c := s.concurrency()
+	if !first || !bytes.Equal(data, s.shared.data) || d != s.shared.delay || c != s.shared.conc {
+		out.Learned, out.Data, out.Delay, out.Concurrency = true, data, d, c
+		s.shared = sharedRecord{data: data, delay: d, conc: c}
+	}
+}
+
+// sharedRecord is the learned state last sent to or received from a Store:
+// a release that learned nothing new sends nothing.
+type sharedRecord struct {
+	data  []byte
+	delay time.Duration
+	conc  int
 }
 
 // sharedImport replaces the learned state with a store's record.
@@ -232,5 +250,10 @@ func (s *defaultScope) sharedImport(data []byte) error {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("%w: %v", errLearned, err)
 	}
-	return s.importLearned(&st)
+	if err := s.importLearned(&st); err != nil {
+		return err
+	}
+	d, _ := s.delay()
+	s.shared = sharedRecord{data: data, delay: d, conc: s.concurrency()}
+	return nil
 }

@@ -159,6 +159,8 @@ type defaultScope struct {
 	auto    autoThrottle
 	backoff backoff
 	rampup  rampup
+
+	shared sharedRecord // with a Store: the learned state it holds
 }
 
 // slot is one of a scope's Concurrency places, tracked for SlotDelay.

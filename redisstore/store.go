@@ -42,13 +42,14 @@
 //
 // # Keys
 //
-// A scope's keys are "<prefix>{<tag>}" (a hash) and "<prefix>{<tag>}:l" (a
-// sorted set of leases), where tag is the scope key's SHA-256 in base64url,
-// truncated to 128 bits: any scope string, of any bytes and length, stays
-// inside the prefix, and the two keys of a scope share a Redis Cluster hash
-// slot. Every key expires: an idle scope's hash after Options.IdleTTL (more
-// while a gate, a delay or a quota window is pending), its lease set after
-// the leases in it.
+// A scope is one hash, "<prefix>{<tag>}", where tag is the scope key's
+// SHA-256 in base64url, truncated to 128 bits: any scope string, of any
+// bytes and length, stays inside the prefix, and is its own Redis Cluster
+// hash slot. The hash holds the admission state, the learned state and one
+// field per lease (its expiry), so a script reads a scope with one HGETALL:
+// inside a script each call costs about as much as the command itself.
+// Every key expires: an idle scope after Options.IdleTTL, longer while a
+// lease, a gate, a delay or a quota window is pending.
 //
 // # Redis Cluster
 //
@@ -139,8 +140,8 @@ type Store struct {
 }
 
 type heldLease struct {
-	keys    []string // lease set keys
-	members []string
+	keys   []string // scope hashes
+	fields []string // the lease's field in each
 }
 
 // NewClient returns a go-redis client with the settings the store needs:
@@ -195,6 +196,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: Options.%s must be at least 1ms", d.name)
 		}
 	}
+	if opts.IdleTTL < opts.LeaseTTL {
+		return nil, errors.New("redisstore: Options.IdleTTL must be >= LeaseTTL")
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -233,13 +237,13 @@ func (s *Store) Close() error {
 	return err
 }
 
-// Keys returns the keys of scope's state hash and lease set.
-func (s *Store) Keys(scope string) (state, leases string) {
+// Key returns the Redis key of scope's state.
+func (s *Store) Key(scope string) string {
 	sum := sha256.Sum256([]byte(scope))
-	tag := base64.RawURLEncoding.EncodeToString(sum[:16])
-	state = s.opts.Prefix + "{" + tag + "}"
-	return state, state + ":l"
+	return s.opts.Prefix + "{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
 }
+
+func leaseField(lease string, slot int) string { return "L:" + lease + "|" + strconv.Itoa(slot) }
 
 func (s *Store) nowArg() string {
 	if s.opts.Clock == nil {
@@ -266,13 +270,12 @@ func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle
 // admit runs admit.lua on scopes; base is the index of scopes[0] in the
 // request, for the answer's Scope.
 func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
-	keys := make([]string, 0, 2*len(scopes))
+	keys := make([]string, 0, len(scopes))
 	args := make([]any, 0, 5+8*len(scopes))
 	args = append(args, s.nowArg(), lease, ms(s.opts.LeaseTTL), ms(s.opts.IdleTTL), len(scopes))
 	for i := range scopes {
 		sc := &scopes[i]
-		h, l := s.Keys(sc.Key)
-		keys = append(keys, h, l)
+		keys = append(keys, s.Key(sc.Key))
 		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
 			strconv.FormatFloat(sc.Jitter, 'g', -1, 64), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
 	}
@@ -306,8 +309,8 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		r := res[5+4*i:]
 		if ans.Admitted {
 			ans.Tickets[i] = throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
-			held.keys = append(held.keys, keys[2*i+1])
-			held.members = append(held.members, lease+"|"+strconv.Itoa(ans.Tickets[i].Slot))
+			held.keys = append(held.keys, keys[i])
+			held.fields = append(held.fields, leaseField(lease, ans.Tickets[i].Slot))
 		}
 		ans.Learned[i].Version = toInt(r[2])
 		if d, _ := r[3].(string); d != "" {
@@ -318,7 +321,7 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		s.mu.Lock()
 		if old := s.leases[lease]; old != nil { // admitEach: one lease, several groups
 			old.keys = append(old.keys, held.keys...)
-			old.members = append(old.members, held.members...)
+			old.fields = append(old.fields, held.fields...)
 		} else {
 			s.leases[lease] = held
 		}
@@ -413,13 +416,12 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 		delete(s.leases, lease)
 		s.mu.Unlock()
 	}
-	keys := make([]string, 0, 2*len(scopes))
+	keys := make([]string, 0, len(scopes))
 	args := make([]any, 0, 5+12*len(scopes))
 	args = append(args, s.nowArg(), lease, ms(s.opts.IdleTTL), s.channel, len(scopes))
 	for i := range scopes {
 		rs := &scopes[i]
-		h, l := s.Keys(rs.Key)
-		keys = append(keys, h, l)
+		keys = append(keys, s.Key(rs.Key))
 		var gate int64
 		if !rs.Gate.IsZero() {
 			gate = rs.Gate.UnixMicro()
@@ -532,17 +534,17 @@ func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 // returns how many leases were still held in Redis.
 func (s *Store) Renew(ctx context.Context) int {
 	s.mu.Lock()
-	var keys, members []string
+	var keys, fields []string
 	for _, l := range s.leases {
 		keys = append(keys, l.keys...)
-		members = append(members, l.members...)
+		fields = append(fields, l.fields...)
 	}
 	s.mu.Unlock()
 	renewed := 0
 	for i := range keys {
 		// One key a call: the keys of different scopes may live on
 		// different cluster nodes.
-		args := []any{s.nowArg(), ms(s.opts.LeaseTTL), members[i]}
+		args := []any{s.nowArg(), ms(s.opts.LeaseTTL), fields[i]}
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		n, err := renewScript.Run(cctx, s.rdb, []string{keys[i]}, args...).Int()
 		cancel()

@@ -1,8 +1,7 @@
 -- admit.lua: admit one request on all of its scopes at once, or on none.
 -- The same checks, in the same order, as throttle.MemoryStore.Admit.
 --
--- KEYS, per scope: its state hash, then its lease set (member
---   "<lease>|<slot>", score = expiry in microseconds).
+-- KEYS: each scope's state hash.
 -- ARGV: now_us ('' = Redis TIME), lease, lease_ttl_ms, idle_ttl_ms, n, then
 --   per scope: cost, concurrency, delay_us, jitter, slot_delay_us, quota,
 --   window_us, version.
@@ -14,13 +13,15 @@
 -- State hash fields: c, d (shared concurrency and delay, written with the
 -- learned state), last, jit (previous start and its jitter), sl (last start
 -- per slot, comma separated), gate, qs, qn, qu (quota window start, number,
--- used), v, ld (learned state version and data).
+-- used), v, ld (learned state version and data), and one field a lease,
+-- "L:<lease>|<slot>" = its expiry. One key a scope, read with one HGETALL:
+-- each redis.call costs about as much as the command itself.
 
 local function bad(msg) return redis.error_reply('throttle: admit: ' .. msg) end
 local function nonneg(v) return v ~= nil and v == v and v >= 0 and v < 1e300 end
 
 local n = tonumber(ARGV[5])
-if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= 2 * n or #ARGV ~= 5 + 8 * n then
+if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= n or #ARGV ~= 5 + 8 * n then
   return bad('malformed arguments')
 end
 local lease = ARGV[2]
@@ -39,45 +40,66 @@ end
 local sc = {}
 for i = 1, n do
   local b = 5 + 8 * (i - 1)
-  local s = { h = KEYS[2 * i - 1], l = KEYS[2 * i] }
+  local s = { h = KEYS[i] }
   s.cost, s.conc, s.delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   s.jit, s.sd, s.quota = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
   s.win, s.ver = tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
-  for _, v in ipairs({ s.cost, s.conc, s.delay, s.jit, s.sd, s.quota, s.win, s.ver }) do
-    if not nonneg(v) then return bad('scope ' .. i .. ': bad number') end
+  if not (nonneg(s.cost) and nonneg(s.conc) and nonneg(s.delay) and nonneg(s.jit) and nonneg(s.sd)
+      and nonneg(s.quota) and nonneg(s.win) and nonneg(s.ver)) then
+    return bad('scope ' .. i .. ': bad number')
   end
   if s.conc < 1 or (s.quota > 0 and s.win <= 0) then return bad('scope ' .. i .. ': bad limits') end
   sc[i] = s
 end
 
--- The slots of a scope: last start per slot (0-based), and which are busy.
-local function slots(s)
-  local last, k = {}, 0
-  local str = redis.call('HGET', s.h, 'sl')
-  if str then
-    for v in string.gmatch(str, '[^,]+') do last[k] = tonumber(v); k = k + 1 end
+-- load reads a scope's hash: its fields, its live leases (count, busy
+-- slots, earliest expiry) and its expired ones.
+local function load(s)
+  local f = redis.call('HGETALL', s.h)
+  local st, live, busy, expired, first = {}, 0, {}, {}, nil
+  for j = 1, #f, 2 do
+    local k = f[j]
+    if string.sub(k, 1, 2) == 'L:' then
+      local exp = tonumber(f[j + 1]) or 0
+      if exp > now then
+        live = live + 1
+        local slot = tonumber(string.match(k, '|(%-?%d+)$'))
+        if slot then busy[slot] = true end
+        if first == nil or exp < first then first = exp end
+      else
+        expired[#expired + 1] = k
+      end
+    else
+      st[k] = f[j + 1]
+    end
   end
-  local busy = {}
-  for _, m in ipairs(redis.call('ZRANGE', s.l, 0, -1)) do
-    local x = string.match(m, '|(%-?%d+)$')
-    if x then busy[tonumber(x)] = true end
+  s.live, s.busy, s.expired, s.first = live, busy, expired, first
+  s.conc = tonumber(st.c) or s.conc
+  s.delay = tonumber(st.d) or s.delay
+  s.last, s.pjit, s.gate = tonumber(st.last), tonumber(st.jit) or 1, tonumber(st.gate) or 0
+  s.qs, s.qn, s.qu = tonumber(st.qs), tonumber(st.qn) or 0, tonumber(st.qu) or 0
+  s.sver, s.data = tonumber(st.v) or 0, st.ld
+  s.slots, s.nslots = {}, 0
+  if st.sl then
+    for v in string.gmatch(st.sl, '[^,]+') do
+      s.slots[s.nslots] = tonumber(v)
+      s.nslots = s.nslots + 1
+    end
   end
-  return last, k, busy
 end
 
--- The free slot that can start soonest: -1 for a new slot at now; nil when
--- every slot is busy.
+-- freeslot: the free slot that can start soonest, -1 for a new slot at
+-- now; nil when every slot is busy.
 local function freeslot(s)
-  local last, k, busy = slots(s)
   local best, at = -1, nil
-  for i = 0, k - 1 do
-    if not busy[i] then
-      local a = last[i] + s.sd
+  for i = 0, s.nslots - 1 do
+    if not s.busy[i] then
+      local a = s.slots[i] + s.sd
       if at == nil or a < at then best, at = i, a end
     end
   end
-  if (at == nil or at > now) and k < s.conc then return -1, now, last, k end
-  return best, at, last, k
+  if (at == nil or at > now) and s.nslots < s.conc then return -1, now end
+  return best, at
 end
 
 local function rollquota(s)
@@ -88,38 +110,31 @@ local function rollquota(s)
 end
 
 local at, why, who, blocked = now, 0, 0, false
+local function later(t, r, i)
+  if t > at then at, why, who = t, r, i end
+end
 for i = 1, n do
   local s = sc[i]
-  redis.call('ZREMRANGEBYSCORE', s.l, '-inf', now)
-  local f = redis.call('HMGET', s.h, 'c', 'd', 'last', 'jit', 'gate', 'qs', 'qn', 'qu', 'v', 'ld')
-  s.conc = tonumber(f[1]) or s.conc
-  s.delay = tonumber(f[2]) or s.delay
-  s.last, s.pjit, s.gate = tonumber(f[3]), tonumber(f[4]) or 1, tonumber(f[5]) or 0
-  s.qs, s.qn, s.qu = tonumber(f[6]), tonumber(f[7]) or 0, tonumber(f[8]) or 0
-  s.sver, s.data = tonumber(f[9]) or 0, f[10]
+  load(s)
   if not blocked then
-    local function later(t, r)
-      if t > at then at, why, who = t, r, i end
-    end
-    if redis.call('ZCARD', s.l) >= s.conc then
+    if s.live >= s.conc then
       blocked, why, who = true, 1, i
-      local first = redis.call('ZRANGE', s.l, 0, 0, 'WITHSCORES')
-      at = tonumber(first[2]) or 0 -- the earliest lease expiry: the fallback wake
+      at = s.first or 0 -- the earliest lease expiry: the fallback wake
     else
-      if s.last then later(s.last + s.delay * s.pjit, 2) end
+      if s.last then later(s.last + s.delay * s.pjit, 2, i) end
       if s.sd > 0 then
         local _, free = freeslot(s)
         if free == nil then
           blocked, why, who, at = true, 1, i, 0
         else
-          later(free, 3)
+          later(free, 3, i)
         end
       end
       if not blocked then
-        later(s.gate, 4)
+        later(s.gate, 4, i)
         if s.quota > 0 then
           rollquota(s)
-          if s.qs and s.qu > 0 and s.qu + s.cost > s.quota then later(s.qs + s.win, 5) end
+          if s.qs and s.qu > 0 and s.qu + s.cost > s.quota then later(s.qs + s.win, 5, i) end
         end
       end
     end
@@ -138,30 +153,34 @@ for i = 1, n do
   if why == 0 then
     local fields = { 'last', now, 'jit', ARGV[5 + 8 * (i - 1) + 4] }
     if s.sd > 0 then
-      local best, _, last, k = freeslot(s)
-      if best < 0 then best = k; k = k + 1 end
-      last[best] = now
+      slot = freeslot(s)
+      if slot < 0 then
+        slot = s.nslots
+        s.nslots = s.nslots + 1
+      end
+      s.slots[slot] = now
       local parts = {}
-      for j = 0, k - 1 do parts[#parts + 1] = string.format('%d', last[j]) end
-      slot = best
-      fields[#fields + 1] = 'sl'
-      fields[#fields + 1] = table.concat(parts, ',')
+      for j = 0, s.nslots - 1 do parts[j + 1] = string.format('%d', s.slots[j]) end
+      fields[5], fields[6] = 'sl', table.concat(parts, ',')
     end
     if s.quota > 0 then
       if not s.qs then s.qs, s.qn, s.qu = now, 0, 0 end
       rollquota(s)
       s.qu = s.qu + s.cost
       qwin = s.qn
-      for _, v in ipairs({ 'qs', string.format('%d', s.qs), 'qn', s.qn, 'qu', s.qu }) do fields[#fields + 1] = v end
+      local k = #fields
+      fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', string.format('%d', s.qs), 'qn'
+      fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
     end
+    local k = #fields
+    fields[k + 1], fields[k + 2] = 'L:' .. lease .. '|' .. slot, string.format('%d', now + ttl * 1000)
     redis.call('HSET', s.h, unpack(fields))
-    local expiry = now + ttl * 1000
-    redis.call('ZADD', s.l, expiry, lease .. '|' .. slot)
-    if redis.call('PTTL', s.l) < ttl + 1000 then redis.call('PEXPIRE', s.l, ttl + 1000) end
-    -- Keep the hash while anything in it is pending, and idle_ttl after.
+    if #s.expired > 0 then redis.call('HDEL', s.h, unpack(s.expired)) end
+    -- Keep the hash while a lease, a delay, a gate or a quota window is
+    -- pending, and idle_ttl after. Nothing else needs it longer: release
+    -- and renew only lengthen it for a gate or a lease this covers.
     local pending = math.max(s.gate, now + s.delay * s.jit, (s.qs or 0) + s.win)
-    local keep = idle + math.ceil(math.max(0, pending - now) / 1000)
-    if redis.call('PTTL', s.h) < keep then redis.call('PEXPIRE', s.h, keep) end
+    redis.call('PEXPIRE', s.h, math.max(ttl + 1000, idle + math.ceil(math.max(0, pending - now) / 1000)))
   end
   out[#out + 1] = slot
   out[#out + 1] = qwin

@@ -1,19 +1,20 @@
 -- release.lua: end a lease and store what the request taught.
 -- The same steps as throttle.MemoryStore.Release.
 --
--- KEYS, per scope: its state hash, then its lease set.
+-- KEYS: each scope's state hash (see admit.lua).
 -- ARGV: now_us ('' = Redis TIME), lease ('' = learned state only),
 --   idle_ttl_ms, channel, n, then per scope: scope key, slot, quota window,
 --   gate_us (0: none), quota_delta, quota_floor (-1: none), window_us,
 --   learned (0/1), version, data, delay_us, concurrency.
 -- Reply: per conflicting scope: index (1-based), version, data.
 -- A lease that ended publishes the scope key on the channel.
+-- The common case, a lease ended with nothing learned, is two calls.
 
 local function bad(msg) return redis.error_reply('throttle: release: ' .. msg) end
 local function num(v) return v ~= nil and v == v and v > -1e300 and v < 1e300 end
 
 local n = tonumber(ARGV[5])
-if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= 2 * n or #ARGV ~= 5 + 12 * n then
+if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= n or #ARGV ~= 5 + 12 * n then
   return bad('malformed arguments')
 end
 local lease, channel = ARGV[2], ARGV[4]
@@ -21,69 +22,85 @@ if #lease > 256 or string.find(lease, '|', 1, true) then return bad('bad lease')
 local idle = tonumber(ARGV[3])
 if not num(idle) or idle < 1 then return bad('bad ttl') end
 local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
+if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
   if not num(now) or now < 0 then return bad('bad time') end
+end
+-- clock reads Redis's time only when a scope needs it.
+local function clock()
+  if now == nil then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now
 end
 
 local out = {}
 for i = 1, n do
   local b = 5 + 12 * (i - 1)
-  local h, l = KEYS[2 * i - 1], KEYS[2 * i]
+  local h = KEYS[i]
   local key = ARGV[b + 1]
   local slot, qwin, gate = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   local qdelta, qfloor, win = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
   local learned, ver = ARGV[b + 8], tonumber(ARGV[b + 9])
   local data, delay, conc = ARGV[b + 10], tonumber(ARGV[b + 11]), tonumber(ARGV[b + 12])
-  for _, v in ipairs({ slot, qwin, gate, qdelta, qfloor, win, ver, delay, conc }) do
-    if not num(v) then return bad('scope ' .. i .. ': bad number') end
+  if not (num(slot) and num(qwin) and num(gate) and num(qdelta) and num(qfloor) and num(win)
+      and num(ver) and num(delay) and num(conc)) then
+    return bad('scope ' .. i .. ': bad number')
   end
   if gate < 0 or win < 0 or ver < 0 or delay < 0 or (learned == '1' and conc < 1) then
     return bad('scope ' .. i .. ': bad value')
   end
 
-  if lease ~= '' and redis.call('ZREM', l, lease .. '|' .. string.format('%d', slot)) == 1 then
+  local ended = false
+  if lease ~= '' and redis.call('HDEL', h, 'L:' .. lease .. '|' .. string.format('%d', slot)) == 1 then
+    ended = true
     redis.call('PUBLISH', channel, key)
   end
-  local fields = {}
-  if gate > (tonumber(redis.call('HGET', h, 'gate')) or 0) then
-    fields[#fields + 1] = 'gate'
-    fields[#fields + 1] = string.format('%d', gate)
-  end
-  if win > 0 and (qdelta ~= 0 or qfloor >= 0) then
-    local q = redis.call('HMGET', h, 'qs', 'qn', 'qu')
-    local qs, qn, qu = tonumber(q[1]), tonumber(q[2]) or 0, tonumber(q[3]) or 0
-    if qs then
+  local quota = win > 0 and (qdelta ~= 0 or qfloor >= 0)
+  if gate > 0 or quota or learned == '1' then
+    local fields = {}
+    local st = redis.call('HMGET', h, 'gate', 'v', 'qs', 'qn', 'qu')
+    if gate > (tonumber(st[1]) or 0) then
+      fields[#fields + 1] = 'gate'
+      fields[#fields + 1] = string.format('%d', gate)
+    end
+    local qs, qn, qu = tonumber(st[3]), tonumber(st[4]) or 0, tonumber(st[5]) or 0
+    if quota and qs then
       -- A correction counts in the window it arrives in; an actual cost
       -- only in its own window.
-      if now - qs >= win then
+      if clock() - qs >= win then
         local k = math.floor((now - qs) / win)
         qs, qn, qu = qs + k * win, qn + k, 0
       end
       if qdelta ~= 0 and qwin == qn then qu = math.max(0, qu + qdelta) end
       if qfloor >= 0 then qu = math.max(qu, qfloor) end
-      for _, v in ipairs({ 'qs', string.format('%d', qs), 'qn', qn, 'qu', qu }) do fields[#fields + 1] = v end
+      local k = #fields
+      fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', string.format('%d', qs), 'qn'
+      fields[k + 4], fields[k + 5], fields[k + 6] = qn, 'qu', qu
     end
-  end
-  if learned == '1' then
-    local cur = tonumber(redis.call('HGET', h, 'v')) or 0
-    if cur ~= 0 and cur ~= ver then
-      out[#out + 1] = i
-      out[#out + 1] = cur
-      out[#out + 1] = redis.call('HGET', h, 'ld') or ''
-    else
-      for _, v in ipairs({ 'v', math.max(cur, ver) + 1, 'ld', data, 'd', delay, 'c', conc }) do
-        fields[#fields + 1] = v
+    if learned == '1' then
+      local cur = tonumber(st[2]) or 0
+      if cur ~= 0 and cur ~= ver then
+        out[#out + 1] = i
+        out[#out + 1] = cur
+        out[#out + 1] = redis.call('HGET', h, 'ld') or ''
+      else
+        local k = #fields
+        fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'v', math.max(cur, ver) + 1, 'ld', data
+        fields[k + 5], fields[k + 6], fields[k + 7], fields[k + 8] = 'd', delay, 'c', conc
       end
     end
+    if #fields > 0 then
+      redis.call('HSET', h, unpack(fields))
+      -- Every key expires. A hash whose lease just ended has the expiry
+      -- admit.lua set; else this may have made it: idle_ttl. A gate
+      -- lengthens it.
+      local keep = idle
+      if gate > 0 then keep = idle + math.ceil(math.max(0, gate - clock()) / 1000) end
+      if not ended then redis.call('PEXPIRE', h, keep, 'NX') end
+      if gate > 0 then redis.call('PEXPIRE', h, keep, 'GT') end
+    end
   end
-  if #fields > 0 then
-    redis.call('HSET', h, unpack(fields))
-  end
-  local keep = idle + math.ceil(math.max(0, gate - now) / 1000)
-  if redis.call('EXISTS', h) == 1 and redis.call('PTTL', h) < keep then redis.call('PEXPIRE', h, keep) end
 end
 return out

@@ -1,8 +1,11 @@
--- renew.lua: extend the leases a worker still holds.
--- KEYS: lease sets. ARGV: now_us ('' = Redis TIME), lease_ttl_ms, then one
--- member per key. Reply: how many leases were still there to renew.
+-- renew.lua: extend a lease a worker still holds.
+-- KEYS: the scope's state hash. ARGV: now_us ('' = Redis TIME),
+-- lease_ttl_ms, the lease's field. Reply: 1 if renewed, 0 if it had
+-- expired or ended (an expired lease stays expired: its slot may be someone
+-- else's now).
 local ttl = tonumber(ARGV[2])
-if #ARGV ~= 2 + #KEYS or not ttl or ttl ~= ttl or ttl < 1 or ttl > 1e12 then
+if #KEYS ~= 1 or #ARGV ~= 3 or not ttl or ttl ~= ttl or ttl < 1 or ttl > 1e12
+    or string.sub(ARGV[3], 1, 2) ~= 'L:' then
   return redis.error_reply('throttle: renew: malformed arguments')
 end
 local now
@@ -13,14 +16,8 @@ else
   now = tonumber(ARGV[1])
   if not now or now ~= now or now < 0 then return redis.error_reply('throttle: renew: bad time') end
 end
-local renewed = 0
-for i = 1, #KEYS do
-  -- An expired lease stays expired: its slot may be someone else's now.
-  local score = tonumber(redis.call('ZSCORE', KEYS[i], ARGV[2 + i]))
-  if score and score > now then
-    redis.call('ZADD', KEYS[i], 'XX', now + ttl * 1000, ARGV[2 + i])
-    renewed = renewed + 1
-  end
-  if redis.call('PTTL', KEYS[i]) < ttl + 1000 then redis.call('PEXPIRE', KEYS[i], ttl + 1000) end
-end
-return renewed
+local exp = tonumber(redis.call('HGET', KEYS[1], ARGV[3]))
+if not exp or exp <= now then return 0 end
+redis.call('HSET', KEYS[1], ARGV[3], string.format('%d', now + ttl * 1000))
+redis.call('PEXPIRE', KEYS[1], ttl + 1000, 'GT')
+return 1
