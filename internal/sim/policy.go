@@ -38,6 +38,9 @@ type Env struct {
 	// limit, the capacity, or the agreed polite rate. Only reference
 	// policies that guess a fixed rate use it.
 	Limit float64
+	// Store is the store the run's instances share, when the policy has
+	// NewStore; nil otherwise.
+	Store throttle.Store
 }
 
 // A PolicySpec names a policy and makes its instances.
@@ -52,6 +55,10 @@ type PolicySpec struct {
 	// Shared makes all the client processes of a scenario use one
 	// instance: the shared store of a fleet.
 	Shared bool
+	// NewStore, when not nil, makes one store per run on the run's clock,
+	// which every instance gets in Env.Store: one manager per process
+	// sharing their state, as a fleet on Redis.
+	NewStore func(clock throttle.Clock) throttle.Store
 	// Ready makes the workers keep a ready-time queue of hosts (the next
 	// request is the one whose host can start soonest, asked with Try)
 	// instead of taking the next URL in frontier order and waiting for it.
@@ -66,6 +73,7 @@ func ThrottlePolicy(name, about string, cfg throttle.Config) PolicySpec {
 	return PolicySpec{Name: name, About: about, New: func(env Env) Policy {
 		c := cfg
 		c.Clock = env.Clock
+		c.Store = env.Store
 		c.JitterSeed = env.Seed
 		c.Robots.Enabled = false
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -292,3 +300,11 @@ func (p *ratePolicy) Try(now time.Time, host string) (any, time.Time, bool) {
 }
 
 func (p *ratePolicy) Done(_ time.Time, tk any, _ Response) { tk.(*rateHost).inFlight-- }
+
+// StorePolicy is throttle's default configuration with one manager per
+// process, all sharing the store newStore makes: the fleet set-up.
+func StorePolicy(name, about string, newStore func(throttle.Clock) throttle.Store) PolicySpec {
+	p := ThrottleDefault()
+	p.Name, p.About, p.NewStore = name, about, newStore
+	return p
+}

@@ -229,14 +229,14 @@ func SkewScenario(d time.Duration) Scenario {
 // FleetScenario: n crawler processes of 4 workers each crawl one site
 // whose agreed rate is 1 req/s (the throttle's default politeness); the
 // site answers 200 in 50 ms and enforces nothing. Every policy runs once
-// per process, sharing nothing; throttle/shared is one ThrottlingManager
-// shared by the n processes (the shared store). The second half is
-// measured; OKPerCapacity is the rate over the agreed one.
+// per process, sharing nothing; throttle/memstore is one manager per
+// process sharing a throttle.MemoryStore (the redisstore module runs the
+// same scenario on Redis). The second half is measured; OKPerCapacity is
+// the rate over the agreed one.
 func FleetScenario(n int, d time.Duration) Scenario {
 	d = or(d, 10*time.Minute)
-	shared := ThrottleDefault()
-	shared.Name, shared.Shared = "throttle/shared", true
-	shared.About = "throttle DefaultConfig, one manager shared by the processes"
+	shared := StorePolicy("throttle/memstore", "throttle DefaultConfig, a manager per process sharing a MemoryStore",
+		func(c throttle.Clock) throttle.Store { return throttle.NewMemoryStore(c) })
 	return Scenario{
 		Name:     "fleet",
 		About:    fmt.Sprintf("%d processes x 4 workers, one site, agreed rate 1 req/s, 200 in 50 ms, nothing enforced", n),

@@ -347,10 +347,10 @@ func TestSkewReadyTime(t *testing.T) {
 }
 
 // TestFleetShared: 4 processes with their own throttles send ~4x the
-// agreed rate; one shared manager holds it.
+// agreed rate; managers sharing a store hold it.
 func TestFleetShared(t *testing.T) {
-	ms := runPolicies(t, FleetScenario(4, 6*time.Minute), "throttle", "throttle/shared")
-	per, shared := *ms["throttle"].OKPerCapacity, *ms["throttle/shared"].OKPerCapacity
+	ms := runPolicies(t, FleetScenario(4, 6*time.Minute), "throttle", "throttle/memstore")
+	per, shared := *ms["throttle"].OKPerCapacity, *ms["throttle/memstore"].OKPerCapacity
 	if per < 3 || shared > 1.05 || per/shared < 3.5 {
 		t.Errorf("per-process %.2fx the agreed rate, shared %.2fx", per, shared)
 	}
