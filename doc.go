@@ -58,4 +58,17 @@
 // policies are tested with plain values. The manager reads time from
 // Config.Clock; package throttletest has a fake clock for your tests.
 // Waiting costs no goroutine beyond the caller's own and at most one timer.
+//
+// # Sharing limits across processes
+//
+// A fleet of worker processes crawling the same sites shares one set of
+// limits through a Store (Config.Store): the redisstore module keeps each
+// scope's admission state (slots as leases, starts, quota counts, gates)
+// and learned state in Redis, so a 429 seen by one worker slows them all,
+// and AutoThrottle, backoff and rampup learn once for the fleet. An
+// admission attempt is one round trip covering all of the request's
+// scopes; waiters are woken by release notifications. MemoryStore shares
+// state among managers of one process; package storetest is the
+// conformance suite a Store must pass. When the store fails, Acquire fails
+// fast (FailClosed) or continues on local state (FallbackLocal).
 package throttle
