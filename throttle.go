@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -443,7 +444,7 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	if s = sh.m[key]; s != nil {
 		return s, nil
 	}
-	sh.m[key] = ns
+	sh.m[ns.key] = ns
 	if !now.Before(sh.sweepAt) {
 		m.sweep(sh, now)
 	}
@@ -504,6 +505,9 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if err != nil {
 		return nil, err
 	}
+	// The key may be part of a longer string, such as a request's URL:
+	// a copy keeps the scope from holding all of it.
+	key = strings.Clone(key)
 	p := ScopeParams{Key: key, Config: cfg, Explicit: explicit, Logger: m.log, GlobalConcurrency: m.cfg.GlobalConcurrency}
 	if m.cfg.JitterSeed != 0 {
 		h := fnv.New64a()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -734,6 +735,19 @@ func TestIdleScopesForgotten(t *testing.T) {
 		assert.Zero(t, n, "idle scopes forgotten")
 		assert.True(t, m.has("learned.example"), "learned state outlives IdleTimeout")
 	})
+}
+
+// TestScopeKeyIsACopy: a scope keeps a copy of its key, not the request's
+// URL string that the host was sliced from, which it would keep alive.
+func TestScopeKeyIsACopy(t *testing.T) {
+	m := newManager(t, plainConfig())
+	req := get(t, "http://example.com/"+strings.Repeat("x", 1000))
+	p, err := m.Acquire(context.Background(), req)
+	require.NoError(t, err)
+	defer p.Release(ok200, nil)
+	key := p.scopes[0].s.key
+	assert.Equal(t, "example.com", key)
+	assert.NotSame(t, unsafe.StringData(req.URL.Host), unsafe.StringData(key))
 }
 
 func (m *ThrottlingManager) has(key string) bool {
