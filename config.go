@@ -53,6 +53,11 @@ type Config struct {
 
 	// IdleTimeout is how long a scope with no permits, no waiters and
 	// nothing learned is kept before it is forgotten. Default 5m.
+	// Forgetting is lazy, with no goroutine: an Acquire or TryAcquire may
+	// sweep one of the 64 parts of the scope map, each part about every
+	// IdleTimeout/4, so with calls at least every IdleTimeout/256 a scope
+	// is gone within about 1.25 IdleTimeout (slower, one part per call).
+	// A manager no one calls keeps its scopes until it is called again.
 	IdleTimeout time.Duration
 	// LearnedIdleTimeout is how long an idle scope that has learned state
 	// (a raised delay, a backoff level, a rampup level) is kept. Default 1h.

@@ -39,6 +39,12 @@ type ThrottlingManager struct {
 	warned  atomic.Bool
 	robots  *robotsCache // nil when robots.txt handling is off
 	shared  *shared      // nil without Config.Store
+
+	// sweepStep's turn: when it next looks at a shard, in nanoseconds
+	// since epoch (the clock at New), and the shard it looked at last.
+	epoch     time.Time
+	sweepNext atomic.Int64
+	sweepTurn atomic.Uint32
 }
 
 const numShards = 64
@@ -49,7 +55,8 @@ type shard struct {
 	mu      sync.RWMutex
 	m       map[string]*scope
 	sweepAt time.Time
-	_       [128 - 56]byte // one shard per pair of cache lines: no false sharing
+	peak    int            // the most scopes m held since it was made
+	_       [128 - 64]byte // one shard per pair of cache lines: no false sharing
 }
 
 // scope is one scope's entry: its policy, its FIFO of waiters, its lock.
@@ -82,6 +89,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if m.clock == nil {
 		m.clock = newRealClock()
 	}
+	m.epoch = m.clock.Now()
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -328,6 +336,9 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	if req == nil {
 		return nil, ErrNilRequest
 	}
+	if now.Sub(m.epoch) >= time.Duration(m.sweepNext.Load()) {
+		m.sweepStep(now)
+	}
 	var p *Permit
 	if pooled {
 		p = unusedPermits.Get().(*Permit)
@@ -445,6 +456,7 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 		return s, nil
 	}
 	sh.m[ns.key] = ns
+	sh.peak = max(sh.peak, len(sh.m))
 	if !now.Before(sh.sweepAt) {
 		m.sweep(sh, now)
 	}
@@ -453,6 +465,34 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	}
 	return ns, nil
 }
+
+// sweepStep gives the next shard in turn a sweep, unless the shard was swept
+// less than half a sweep period ago, and sets when the one after it is due.
+// While the manager is called at least every sweepPeriod/numShards, each
+// shard is swept about once a sweep period, so an idle scope is forgotten
+// within about IdleTimeout plus a sweep period. A shard sweeps on its own
+// only when a scope is created in it; this forgets the idle scopes of a
+// crawl that goes on over hosts it already knows. One caller does each
+// step, while the others go on.
+func (m *ThrottlingManager) sweepStep(now time.Time) {
+	next := time.Duration(m.sweepNext.Load())
+	since := now.Sub(m.epoch)
+	period := m.sweepPeriod()
+	// The steps keep to their pace when calls come at another one, and
+	// don't pile up after a pause.
+	if since < next || !m.sweepNext.CompareAndSwap(int64(next), int64(max(next+period/numShards, since))) {
+		return
+	}
+	sh := &m.shards[m.sweepTurn.Add(1)%numShards]
+	sh.mu.Lock()
+	if !now.Before(sh.sweepAt.Add(-period / 2)) {
+		m.sweep(sh, now)
+	}
+	sh.mu.Unlock()
+}
+
+// sweepPeriod is the time between two sweeps of a shard.
+func (m *ThrottlingManager) sweepPeriod() time.Duration { return max(m.cfg.IdleTimeout/4, time.Second) }
 
 // evictLRU forgets up to n of sh's idle scopes, least recently used first,
 // never keep (the scope being created). Evicting an eighth of the shard at
@@ -476,6 +516,20 @@ func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n in
 			delete(sh.m, s.key)
 		}
 		s.mu.Unlock()
+	}
+	sh.shrink()
+}
+
+// shrink replaces sh's map by a smaller one once it holds a quarter of its
+// peak or less: a Go map keeps its buckets when entries are deleted, so
+// without this a shard that once held many scopes would hold their room
+// for good. The copy costs at most a third of the deletions since the map
+// was made.
+func (sh *shard) shrink() {
+	if n := len(sh.m); sh.peak >= 64 && n <= sh.peak/4 {
+		m := make(map[string]*scope, n)
+		maps.Copy(m, sh.m)
+		sh.m, sh.peak = m, n
 	}
 }
 
@@ -528,10 +582,12 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 }
 
 // sweep forgets the idle scopes of sh (DESIGN rule 12). It runs when a
-// scope is created in sh and the shard's sweep time has come, so the work
-// is spread over the crawl and no goroutine is needed.
+// scope is created in sh and the shard's sweep time has come, and when
+// sweepStep comes to sh, so the work is spread over the crawl and no
+// goroutine is needed. A manager no one calls forgets nothing until it is
+// called again.
 func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
-	sh.sweepAt = now.Add(max(m.cfg.IdleTimeout/4, time.Second))
+	sh.sweepAt = now.Add(m.sweepPeriod())
 	for k, s := range sh.m {
 		if !s.mu.TryLock() {
 			continue // in use
@@ -542,10 +598,16 @@ func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
 		}
 		s.mu.Unlock()
 	}
+	sh.shrink()
 }
 
 func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
 	idle := now.Sub(s.lastUsed)
+	if idle < m.cfg.IdleTimeout {
+		// Used lately: forgettable under neither timeout. Not asking the
+		// policy spares a sweep touching the policies of recent scopes.
+		return false
+	}
 	switch s.mgr.Idle(now) {
 	case IdleEmpty:
 		return idle >= m.cfg.IdleTimeout

@@ -737,6 +737,43 @@ func TestIdleScopesForgotten(t *testing.T) {
 	})
 }
 
+// TestIdleScopesForgottenOnKnownHosts: a crawl that goes on over a host it
+// already knows creates no scope, so no shard sweeps on its own; each
+// Acquire still gives the next shard in turn a sweep (sweepStep), so the
+// idle scopes are forgotten all the same. A shard left with a quarter of
+// its peak or less gets a new map: a Go map keeps its room when entries
+// are deleted.
+func TestIdleScopesForgottenOnKnownHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.IdleTimeout = time.Minute
+		cfg.LearnedIdleTimeout = time.Hour
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		m := newManager(t, cfg)
+		alive := get(t, "http://alive.example/")
+		for i := range 10_000 {
+			p, err := m.Acquire(context.Background(), get(t, fmt.Sprintf("http://h%d.example/", i)))
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+		}
+		// Once a second, more than sweepPeriod/numShards apart: one
+		// shard per Acquire, all of them within numShards seconds.
+		for range cfg.IdleTimeout/time.Second + numShards + 1 {
+			time.Sleep(time.Second)
+			p, err := m.Acquire(context.Background(), alive)
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+		}
+		assert.Equal(t, 1, m.Len(), "only the live scope is left")
+		for i := range m.shards {
+			sh := &m.shards[i]
+			sh.mu.RLock()
+			assert.LessOrEqual(t, sh.peak, 1, "shard %d's map made anew", i)
+			sh.mu.RUnlock()
+		}
+	})
+}
+
 // TestScopeKeyIsACopy: a scope keeps a copy of its key, not the request's
 // URL string that the host was sliced from, which it would keep alive.
 func TestScopeKeyIsACopy(t *testing.T) {
