@@ -29,3 +29,6 @@ END {
   printf "AcquireReleaseParallel / BaselineRateLimiterMapParallel: %.2fx\n", mean["BenchmarkAcquireReleaseParallel"]/mean["BenchmarkBaselineRateLimiterMapParallel"]
   if (nb["BenchmarkMemoryPerScope"]) printf "live heap per recent scope: %.0f B\n", bs["BenchmarkMemoryPerScope"]/nb["BenchmarkMemoryPerScope"]
 }'
+echo
+# DESIGN rule 12 at a million hosts: the test logs its figures.
+go test -count=1 -run='^TestMemoryMillionHosts$' -v . | grep -E 'live heap|^--- '
