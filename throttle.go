@@ -40,9 +40,10 @@ type ThrottlingManager struct {
 	robots  *robotsCache // nil when robots.txt handling is off
 	shared  *shared      // nil without Config.Store
 
-	// sweepStep's turn: when it next looks at a shard, in nanoseconds
-	// since epoch (the clock at New), and the shard it looked at last.
-	epoch     time.Time
+	// sweepStep's turn: when it next looks at a shard (UnixNano, which
+	// inlines where Before does not; compared by difference, so right
+	// for any two times within 292 years even where UnixNano overflows),
+	// and the shard it looked at last.
 	sweepNext atomic.Int64
 	sweepTurn atomic.Uint32
 }
@@ -89,7 +90,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if m.clock == nil {
 		m.clock = newRealClock()
 	}
-	m.epoch = m.clock.Now()
+	m.sweepNext.Store(m.clock.Now().UnixNano())
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -336,7 +337,7 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	if req == nil {
 		return nil, ErrNilRequest
 	}
-	if now.Sub(m.epoch) >= time.Duration(m.sweepNext.Load()) {
+	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
 	var p *Permit
@@ -475,12 +476,18 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 // crawl that goes on over hosts it already knows. One caller does each
 // step, while the others go on.
 func (m *ThrottlingManager) sweepStep(now time.Time) {
-	next := time.Duration(m.sweepNext.Load())
-	since := now.Sub(m.epoch)
-	period := m.sweepPeriod()
+	next, t := m.sweepNext.Load(), now.UnixNano()
+	if t-next < 0 {
+		return
+	}
 	// The steps keep to their pace when calls come at another one, and
 	// don't pile up after a pause.
-	if since < next || !m.sweepNext.CompareAndSwap(int64(next), int64(max(next+period/numShards, since))) {
+	period := m.sweepPeriod()
+	at := next + int64(period/numShards)
+	if t-at > 0 {
+		at = t
+	}
+	if !m.sweepNext.CompareAndSwap(next, at) {
 		return
 	}
 	sh := &m.shards[m.sweepTurn.Add(1)%numShards]

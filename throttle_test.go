@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -772,6 +773,40 @@ func TestIdleScopesForgottenOnKnownHosts(t *testing.T) {
 			sh.mu.RUnlock()
 		}
 	})
+}
+
+// stepClock is a Clock that moves only when told and makes no timers, for
+// tests on one goroutine in which nothing waits.
+type stepClock struct{ t time.Time }
+
+func (c *stepClock) Now() time.Time                 { return c.t }
+func (c *stepClock) NewTimer(d time.Duration) Timer { panic("stepClock: nothing should wait") }
+
+// TestSweepStepAnyEpoch: sweepStep compares UnixNano times by difference,
+// so its turn goes on where UnixNano overflows: a clock in year 1, and one
+// that crosses 2262.
+func TestSweepStepAnyEpoch(t *testing.T) {
+	for _, start := range []time.Time{{}, time.Unix(0, math.MaxInt64).Add(-time.Minute)} {
+		clk := &stepClock{t: start}
+		cfg := plainConfig()
+		cfg.Clock = clk
+		cfg.IdleTimeout = time.Minute
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		m := newManager(t, cfg)
+		for i := range 1000 {
+			p, err := m.Acquire(context.Background(), get(t, fmt.Sprintf("http://h%d.example/", i)))
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+		}
+		alive := get(t, "http://alive.example/")
+		for range cfg.IdleTimeout/time.Second + numShards + 1 {
+			clk.t = clk.t.Add(time.Second)
+			p, err := m.Acquire(context.Background(), alive)
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+		}
+		assert.Equal(t, 1, m.Len(), "from %v", start)
+	}
 }
 
 // TestScopeKeyIsACopy: a scope keeps a copy of its key, not the request's
