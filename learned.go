@@ -175,6 +175,24 @@ type sharedPolicy interface {
 	sharedLearn(now time.Time, t Ticket, fb *Feedback, out *StoreReleaseScope, first bool)
 	sharedImport(data []byte) error
 	sharedWhy(r Reason) Reason
+	// version and setVersion: the store's version of the learned state
+	// the policy holds (0: none yet).
+	version() int64
+	setVersion(v int64)
+}
+
+func (s *defaultScope) version() int64 {
+	if s.shared == nil {
+		return 0
+	}
+	return s.shared.version
+}
+
+func (s *defaultScope) setVersion(v int64) {
+	if s.shared == nil {
+		s.shared = &sharedRecord{}
+	}
+	s.shared.version = v
 }
 
 // sharedLimits fills sc with the scope's limits at now.
@@ -230,18 +248,19 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 	}
 	d, _ := s.delay()
 	c := s.concurrency()
-	if !first || !bytes.Equal(data, s.shared.data) || d != s.shared.delay || c != s.shared.conc {
+	if r := s.shared; !first || r == nil || !bytes.Equal(data, r.data) || d != r.delay || c != r.conc {
 		out.Learned, out.Data, out.Delay, out.Concurrency = true, data, d, c
-		s.shared = sharedRecord{data: data, delay: d, conc: c}
+		s.shared = &sharedRecord{version: s.version(), data: data, delay: d, conc: c}
 	}
 }
 
 // sharedRecord is the learned state last sent to or received from a Store:
 // a release that learned nothing new sends nothing.
 type sharedRecord struct {
-	data  []byte
-	delay time.Duration
-	conc  int
+	version int64
+	data    []byte
+	delay   time.Duration
+	conc    int
 }
 
 // sharedImport replaces the learned state with a store's record.
@@ -254,6 +273,6 @@ func (s *defaultScope) sharedImport(data []byte) error {
 		return err
 	}
 	d, _ := s.delay()
-	s.shared = sharedRecord{data: data, delay: d, conc: s.concurrency()}
+	s.shared = &sharedRecord{version: s.version(), data: data, delay: d, conc: s.concurrency()}
 	return nil
 }

@@ -143,7 +143,6 @@ type defaultScope struct {
 	// admission state
 	inFlight  int
 	slots     []slot    // only when SlotDelay > 0; grows to the peak in use
-	started   bool      // a request has started
 	lastStart time.Time // the previous start in the scope
 	jitter    float64   // factor drawn at the previous start
 	gate      time.Time // no start before this (server-given wait)
@@ -152,7 +151,12 @@ type defaultScope struct {
 	// effective values, recomputed by refresh when a part changes
 	effDelay time.Duration
 	effWhy   Reason
-	effConc  int
+	// started says a request has started. It sits by effWhy: at 760
+	// bytes, with malloc's 8-byte header for objects over 512 bytes, the
+	// struct fits the 768-byte size class; 8 more bytes of padding would
+	// put every scope in the 896-byte one.
+	started bool
+	effConc int
 
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
@@ -160,7 +164,7 @@ type defaultScope struct {
 	backoff backoff
 	rampup  rampup
 
-	shared sharedRecord // with a Store: the learned state it holds
+	shared *sharedRecord // with a Store: the learned state it holds; nil without
 }
 
 // slot is one of a scope's Concurrency places, tracked for SlotDelay.

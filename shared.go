@@ -173,8 +173,8 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		sc := &req.Scopes[i]
-		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.ver
-		h.s.mgr.(sharedPolicy).sharedLimits(now, sc)
+		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.policy().version()
+		h.s.policy().sharedLimits(now, sc)
 		h.s.lastUsed = local
 	}
 	unlockAll(p.scopes)
@@ -196,11 +196,11 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		if i < len(ans.Learned) {
-			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.ver {
-				if err := h.s.mgr.(sharedPolicy).sharedImport(l.Data); err != nil {
+			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.policy().version() {
+				if err := h.s.policy().sharedImport(l.Data); err != nil {
 					m.log.Warn("throttle: store holds unusable learned state; keeping ours", "scope", h.s.key, "err", err)
 				}
-				h.s.ver = l.Version
+				h.s.policy().setVersion(l.Version)
 			}
 		}
 		if ans.Admitted && i < len(ans.Tickets) {
@@ -209,7 +209,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		}
 	}
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
-		ans.Reason = p.scopes[ans.Scope].s.mgr.(sharedPolicy).sharedWhy(ans.Reason)
+		ans.Reason = p.scopes[ans.Scope].s.policy().sharedWhy(ans.Reason)
 	}
 	unlockAll(p.scopes)
 	if ans.Admitted {
@@ -334,9 +334,9 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		h := &p.scopes[i]
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
-		rs.Key, rs.Version = h.s.key, h.s.ver
+		rs.Key, rs.Version = h.s.key, h.s.policy().version()
 		rs.Ticket = StoreTicket{Slot: h.ticket.Slot, Window: h.ticket.Window}
-		h.s.mgr.(sharedPolicy).sharedLearn(now, h.ticket, fb, rs, true)
+		h.s.policy().sharedLearn(now, h.ticket, fb, rs, true)
 		h.s.lastUsed = local
 		h.s.mu.Unlock()
 	}
@@ -361,14 +361,14 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 			h := &p.scopes[c.Scope]
 			rs := StoreReleaseScope{Key: h.s.key, QuotaFloor: -1}
 			h.s.mu.Lock()
-			sp := h.s.mgr.(sharedPolicy)
+			sp := h.s.policy()
 			if c.Learned.Data != nil && sp.sharedImport(c.Learned.Data) == nil {
 				sp.sharedLearn(now, h.ticket, fb, &rs, false)
 			} else {
 				sp.sharedLearn(now, h.ticket, &Feedback{NoAdjust: true}, &rs, false) // ours as it is
 			}
-			h.s.ver = c.Learned.Version
-			rs.Version = h.s.ver
+			sp.setVersion(c.Learned.Version)
+			rs.Version = c.Learned.Version
 			h.s.mu.Unlock()
 			retry.Scopes = append(retry.Scopes, rs)
 		}
@@ -386,8 +386,8 @@ func (m *ThrottlingManager) settleVersions(p *Permit, rel *StoreRelease, conflic
 		}
 		h := &p.scopes[i]
 		h.s.mu.Lock()
-		if h.s.ver == rs.Version {
-			h.s.ver = rs.Version + 1
+		if sp := h.s.policy(); sp.version() == rs.Version {
+			sp.setVersion(rs.Version + 1)
 		}
 		h.s.mu.Unlock()
 	}
@@ -411,3 +411,7 @@ func permitFor(p *Permit, cs []StoreConflict) *Permit {
 	}
 	return q
 }
+
+// policy returns the scope's policy as a sharedPolicy: with a Store, every
+// scope has the default one (Config.validate).
+func (s *scope) policy() sharedPolicy { return s.mgr.(sharedPolicy) }

@@ -68,8 +68,7 @@ type scope struct {
 	queue    waitQueue
 	lastUsed time.Time
 	explicit bool
-	dead     bool  // forgotten for idleness; look it up again
-	ver      int64 // with a Store: the version of learned state mgr holds
+	dead     bool // forgotten for idleness; look it up again
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
