@@ -140,6 +140,18 @@ func (st *learnedState) check() error {
 	return nil
 }
 
+// latest returns the latest time in st, in Unix nanoseconds (0: none).
+func (st *learnedState) latest() int64 {
+	var t int64
+	if b := st.Back; b != nil {
+		t = max(t, b.LastStep, b.Win)
+	}
+	if r := st.Ramp; r != nil {
+		t = max(t, r.Changed, r.Win)
+	}
+	return t
+}
+
 // importLearned replaces the scope's learned state with st's parts that
 // its configuration uses, then reapplies the configuration's bounds.
 func (s *defaultScope) importLearned(st *learnedState) error {

@@ -1,0 +1,120 @@
+package throttle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func exportConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter, cfg.Default.Backoff.Jitter = 0, 0, Jitter{}, Jitter{}
+	cfg.Default.AutoThrottle.Enabled = true
+	return cfg
+}
+
+// TestExportImportResumes: what one manager learned (a backoff delay on one
+// host, an AutoThrottle delay on another) is what a new one starts with.
+func TestExportImportResumes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, exportConfig())
+		ctx := context.Background()
+		p, err := m.Acquire(ctx, get(t, "http://slow.test/"))
+		require.NoError(t, err)
+		time.Sleep(3 * time.Second)
+		p.Release(&http.Response{StatusCode: 200}, nil) // AutoThrottle: (5+3)/2 = 4 s
+		p, err = m.Acquire(ctx, get(t, "http://limited.test/"))
+		require.NoError(t, err)
+		p.Release(&http.Response{StatusCode: 503}, nil) // backoff
+
+		var buf bytes.Buffer
+		require.NoError(t, m.Export(&buf))
+		require.Contains(t, buf.String(), `"format":"throttle-learned"`)
+
+		m2 := newManager(t, exportConfig())
+		n, err := m2.Import(bytes.NewReader(buf.Bytes()))
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		var again bytes.Buffer
+		require.NoError(t, m2.Export(&again))
+		require.JSONEq(t, stripExported(buf.String()), stripExported(again.String()))
+
+		// The new manager waits what the old one learned.
+		start := time.Now()
+		p, err = m2.Acquire(ctx, get(t, "http://slow.test/"))
+		require.NoError(t, err)
+		p.Release(nil, errors.New("no response: nothing to learn"))
+		p, err = m2.Acquire(ctx, get(t, "http://slow.test/"))
+		require.NoError(t, err)
+		require.Equal(t, 4*time.Second, time.Since(start), "AutoThrottle delay restored")
+		p.Release(nil, errors.New("x"))
+	})
+}
+
+func stripExported(s string) string {
+	i := strings.Index(s, `"exported":"`)
+	j := strings.Index(s[i+12:], `"`)
+	return s[:i] + s[i+12+j+2:]
+}
+
+// TestImportRefusesAndAppliesNothing: bad files are refused whole.
+func TestImportRefusesAndAppliesNothing(t *testing.T) {
+	m := newManager(t, exportConfig())
+	good := `{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[` +
+		`{"key":"a.test","state":{"v":1,"a":{"d":7000000000,"s":true}}}`
+	for name, in := range map[string]string{
+		"truncated":      good,
+		"future version": strings.Replace(good, `"version":1`, `"version":2`, 1) + `]}`,
+		"other format":   strings.Replace(good, `throttle-learned`, `other`, 1) + `]}`,
+		"bad record":     good + `,{"key":"b.test","state":{"v":1,"a":{"d":-5}}}]}`,
+		"bad record ver": good + `,{"key":"b.test","state":{"v":9}}]}`,
+		"no key":         good + `,{"key":"","state":{"v":1}}]}`,
+		"duplicate":      good + `,{"key":"a.test","state":{"v":1}}]}`,
+		"future time":    good + `,{"key":"b.test","state":{"v":1,"b":{"ls":9000000000000000000}}}]}`,
+		"unknown field":  good + `],"extra":1}`,
+		"trailing data":  good + `]} {}`,
+		"not json":       "\x00\x01",
+		"empty":          "",
+	} {
+		n, err := m.Import(strings.NewReader(in))
+		require.ErrorIs(t, err, ErrImport, name)
+		require.Zero(t, n, name)
+		require.Zero(t, m.Len(), "%s: nothing applied", name)
+	}
+	n, err := m.Import(strings.NewReader(good + `]}`))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+func FuzzImport(f *testing.F) {
+	f.Add(`{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[{"key":"a.test","state":{"v":1,"a":{"d":7000000000,"s":true},"b":{"d":2000000000,"bad":1000000000,"hb":true,"ls":1,"w":1,"ws":2},"r":{"p":3.5,"g":3,"st":1,"l":100000000,"w":1}}}]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"scopes":[]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":1,"r":{"p":1e308}}}]}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		cfg := exportConfig()
+		cfg.Default.Rampup.Enabled = true
+		m := newManager(t, cfg)
+		n, err := m.Import(strings.NewReader(in))
+		if err != nil {
+			if n != 0 || m.Len() != 0 {
+				t.Fatalf("refused file applied %d scopes", m.Len())
+			}
+			return
+		}
+		// Whatever was imported, the scopes still admit and export.
+		var buf bytes.Buffer
+		if err := m.Export(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Import(&buf); err != nil {
+			t.Fatalf("re-import of an export: %v", err)
+		}
+	})
+}
