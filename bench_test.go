@@ -242,3 +242,31 @@ func BenchmarkMemoryPerScope(b *testing.B) {
 		memSink = nil
 	}
 }
+
+// BenchmarkStats: one StatsInto over 100,000 scopes, the snapshot a
+// status page or a metrics exporter takes every second.
+func BenchmarkStats(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, req := range benchRequests(b, 100_000) {
+		p, err := m.Acquire(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release(ok200, nil)
+	}
+	var st Stats
+	m.StatsInto(&st)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		m.StatsInto(&st)
+	}
+	if len(st.Scopes) != 100_000 {
+		b.Fatalf("%d scopes", len(st.Scopes))
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/snapshot")
+}

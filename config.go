@@ -75,6 +75,20 @@ type Config struct {
 	// a warning is logged. Default 500. Zero turns the warning off.
 	DelayedWarnThreshold int
 
+	// Hooks are called on events, without locks held, to feed metrics.
+	Hooks Hooks
+
+	// MaxWaiting caps the callers blocked in Acquire at once: beyond it
+	// Acquire fails at once with a *TooManyWaitingError. Zero means no
+	// cap. Default 0.
+	MaxWaiting int
+	// MaxRefusal, when not zero, gives up on scopes that refuse: once a
+	// scope has answered nothing but backoff signals for longer than
+	// this, a request that would wait for it fails at once with a
+	// *RefusingError naming the scope and when it may be worth trying
+	// again. Default 0 (off).
+	MaxRefusal time.Duration
+
 	// Robots configures robots.txt fetching and its Crawl-delay. On by
 	// default: see RobotsConfig.
 	Robots RobotsConfig
@@ -204,6 +218,12 @@ func (c *Config) validate() error {
 	}
 	if c.DelayedWarnThreshold < 0 {
 		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}
+	}
+	if c.MaxWaiting < 0 {
+		return &ConfigError{"MaxWaiting", "must be >= 0"}
+	}
+	if err := checkDuration("MaxRefusal", c.MaxRefusal); err != nil {
+		return err
 	}
 	if err := c.Robots.validate(); err != nil {
 		return err

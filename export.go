@@ -154,7 +154,7 @@ func (m *ThrottlingManager) Import(r io.Reader) (int, error) {
 		s.mu.Lock()
 		// check passed above: importLearned cannot fail here.
 		_ = ds.importLearned(&sc.State)
-		s.lastUsed = now
+		s.lastUsed = now.UnixNano()
 		wakeNeeding(s, s.queue.head)
 		s.mu.Unlock()
 		n++

@@ -175,7 +175,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		sc := &req.Scopes[i]
 		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.policy().version()
 		h.s.policy().sharedLimits(now, sc)
-		h.s.lastUsed = local
+		h.s.lastUsed = local.UnixNano()
 	}
 	unlockAll(p.scopes)
 
@@ -206,6 +206,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		if ans.Admitted && i < len(ans.Tickets) {
 			t := ans.Tickets[i]
 			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, Window: t.Window, Start: ans.Now}
+			h.s.counts.started()
 		}
 	}
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
@@ -292,9 +293,14 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 			}
 		}
+		if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: ans.Reason}); err != nil {
+			return nil, err
+		}
 		if !counted {
+			if err := m.countWaiting(); err != nil {
+				return nil, err
+			}
 			counted = true
-			m.countWaiting()
 		}
 		if err := wait(d, sw.wake); err != nil {
 			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, Err: err}
@@ -330,17 +336,29 @@ const maxLearnRetries = 3
 func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
 	now := p.acquired.Add(local.Sub(p.local))
 	rel := StoreRelease{Lease: p.lease, Scopes: make([]StoreReleaseScope, len(p.scopes))}
+	watch := m.cfg.Hooks.watchesPolicy()
+	var ev hookEvents
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
 		rs.Key, rs.Version = h.s.key, h.s.policy().version()
 		rs.Ticket = StoreTicket{Slot: h.ticket.Slot, Window: h.ticket.Window}
+		var before policySnap
+		if watch {
+			before, _ = snapOf(h.s)
+		}
 		h.s.policy().sharedLearn(now, h.ticket, fb, rs, true)
-		h.s.lastUsed = local
+		h.s.lastUsed = local.UnixNano()
+		signal := signalOf(h.s, fb)
+		h.s.counts.finished(now, fb, signal)
+		if watch {
+			ev.observe(h.s, before, fb, signal)
+		}
 		h.s.mu.Unlock()
 	}
 	m.global.release()
+	defer m.afterRelease(p, fb, &ev, watch)
 	ctx := context.Background()
 	for try := 0; ; try++ {
 		ans, err := m.shared.store.Release(ctx, &rel)

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -40,6 +41,11 @@ type ThrottlingManager struct {
 	robots  *robotsCache // nil when robots.txt handling is off
 	shared  *shared      // nil without Config.Store
 
+	warnedIneffective atomic.Bool
+	hasPending        atomic.Bool
+	pendingMu         sync.Mutex
+	pending           []WarningEvent // warnings found under locks, given out after
+
 	// sweepStep's turn: when it next looks at a shard (UnixNano, which
 	// inlines where Before does not; compared by difference, so right
 	// for any two times within 292 years even where UnixNano overflows),
@@ -56,8 +62,21 @@ type shard struct {
 	mu      sync.RWMutex
 	m       map[string]*scope
 	sweepAt time.Time
-	peak    int            // the most scopes m held since it was made
-	_       [128 - 64]byte // one shard per pair of cache lines: no false sharing
+	peak    int // the most scopes m held since it was made
+	// forgotten holds the counts of the scopes forgotten from m.
+	forgotten *Counts
+	_         [128 - 72]byte // one shard per pair of cache lines: no false sharing
+}
+
+// forget removes s from sh (locked, as s), keeping its counts.
+func (sh *shard) forget(s *scope) {
+	s.dead = true
+	delete(sh.m, s.key)
+	if sh.forgotten == nil {
+		sh.forgotten = new(Counts)
+	}
+	c := s.counts.counts()
+	sh.forgotten.add(&c)
 }
 
 // scope is one scope's entry: its policy, its FIFO of waiters, its lock.
@@ -66,9 +85,10 @@ type scope struct {
 	key      string
 	mgr      ScopeManager
 	queue    waitQueue
-	lastUsed time.Time
+	lastUsed int64 // Unix ns: 8 bytes, where a time.Time takes 24 (a scope a host)
 	explicit bool
 	dead     bool // forgotten for idleness; look it up again
+	counts   scopeCounts
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
@@ -109,6 +129,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if cfg.Store != nil {
 		m.shared = newShared(cfg.Store)
 	}
+	m.warnStatic()
 	return m, nil
 }
 
@@ -200,15 +221,41 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		m.releaseShared(p, now, fb)
 		return
 	}
+	watch := m.cfg.Hooks.watchesPolicy()
+	var ev hookEvents
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		h.s.mu.Lock()
+		var before policySnap
+		if watch {
+			before, _ = snapOf(h.s)
+		}
 		h.s.mgr.Finish(now, h.ticket, fb)
-		h.s.lastUsed = now
+		h.s.lastUsed = now.UnixNano()
+		signal := signalOf(h.s, fb)
+		h.s.counts.finished(now, fb, signal)
+		if h.s.counts.requests == ineffectiveAfter {
+			m.checkIneffective(h.s)
+		}
+		if watch {
+			ev.observe(h.s, before, fb, signal)
+		}
 		wakeNeeding(h.s, h.s.queue.head)
 		h.s.mu.Unlock()
 	}
 	m.global.release()
+	m.afterRelease(p, fb, &ev, watch)
+}
+
+// afterRelease calls the hooks of a release, with no lock held.
+func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents, watch bool) {
+	if watch {
+		m.fire(ev)
+	}
+	if h := m.cfg.Hooks.Released; h != nil {
+		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency})
+	}
+	m.flushWarnings()
 }
 
 // WaitError is returned by Acquire when a caller stops waiting: its
@@ -256,6 +303,22 @@ func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Pe
 // acquire is Acquire for a request that may not start before notBefore,
 // going through rt (nil for manual callers).
 func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+	if m.cfg.Hooks.Admitted == nil {
+		return m.acquire1(ctx, req, notBefore, rt)
+	}
+	called := m.clock.Now()
+	p, err := m.acquire1(ctx, req, notBefore, rt)
+	if err == nil {
+		m.admitted(p, called)
+	}
+	return p, err
+}
+
+func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
+	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called))})
+}
+
+func (m *ThrottlingManager) acquire1(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -278,6 +341,9 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 	ok, adm, who := m.tryFast(p, now)
 	if ok {
 		return p, nil
+	}
+	if err := m.refusing(p.scopes, now, adm); err != nil {
+		return nil, err
 	}
 	if dl, has := ctx.Deadline(); has && !adm.At.IsZero() && dl.Before(adm.At) {
 		return nil, &WaitError{Scope: scopeKey(p.scopes, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
@@ -316,11 +382,15 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		ok, adm, _ = m.tryFast(p, now)
 	}
 	if !ok {
+		err := m.refusing(p.scopes, now, adm)
 		// Never handed out: safe to reuse, unlike a released Permit a
 		// caller may still hold.
 		*p = Permit{}
 		unusedPermits.Put(p)
-		return nil, adm, nil
+		return nil, adm, err
+	}
+	if m.cfg.Hooks.Admitted != nil {
+		m.admitted(p, now)
 	}
 	return p, Admission{}, nil
 }
@@ -509,17 +579,16 @@ func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n in
 		if s == keep || !s.mu.TryLock() {
 			continue
 		}
-		if s.queue.n == 0 && s.mgr.Idle(now) != Busy {
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.mgr.Idle(now) != Busy {
 			idle = append(idle, s)
 		}
 		s.mu.Unlock()
 	}
-	slices.SortFunc(idle, func(a, b *scope) int { return a.lastUsed.Compare(b.lastUsed) })
+	slices.SortFunc(idle, func(a, b *scope) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
 	for _, s := range idle[:min(n, len(idle))] {
 		s.mu.Lock()
-		if s.queue.n == 0 && s.mgr.Idle(now) != Busy { // still idle
-			s.dead = true
-			delete(sh.m, s.key)
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.mgr.Idle(now) != Busy { // still idle
+			sh.forget(s)
 		}
 		s.mu.Unlock()
 	}
@@ -578,7 +647,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if f == nil {
 		f = m.factory
 	}
-	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now}
+	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now.UnixNano()}
 	if m.robots != nil {
 		if d := m.robots.hostDelay(key); d > 0 {
 			m.robots.apply(s, d, &cfg)() // not shared yet: no lock needed
@@ -594,13 +663,12 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 // called again.
 func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
 	sh.sweepAt = now.Add(m.sweepPeriod())
-	for k, s := range sh.m {
+	for _, s := range sh.m {
 		if !s.mu.TryLock() {
 			continue // in use
 		}
-		if s.queue.n == 0 && m.forgettable(s, now) {
-			s.dead = true
-			delete(sh.m, k)
+		if s.queue.n == 0 && s.counts.inFlight == 0 && m.forgettable(s, now) {
+			sh.forget(s)
 		}
 		s.mu.Unlock()
 	}
@@ -608,7 +676,7 @@ func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
 }
 
 func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
-	idle := now.Sub(s.lastUsed)
+	idle := time.Duration(now.UnixNano() - s.lastUsed)
 	if idle < m.cfg.IdleTimeout {
 		// Used lately: forgettable under neither timeout. Not asking the
 		// policy spares a sweep touching the policies of recent scopes.
@@ -753,7 +821,8 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		h.ticket = h.s.mgr.Start(now, h.cost)
-		h.s.lastUsed = now
+		h.s.lastUsed = now.UnixNano()
+		h.s.counts.started()
 	}
 	p.acquired = now
 }
@@ -787,7 +856,9 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			w.timer.Stop()
 		}
 	}()
-	m.countWaiting()
+	if err := m.countWaiting(); err != nil {
+		return nil, err
+	}
 	defer m.waiting.Add(-1)
 
 	if err := m.relock(hs, now); err != nil {
@@ -841,14 +912,6 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		}
 		now = m.clock.Now()
 		lockAll(hs)
-	}
-}
-
-// countWaiting counts a caller that starts waiting, and warns the first
-// time DelayedWarnThreshold wait at once.
-func (m *ThrottlingManager) countWaiting() {
-	if n := m.waiting.Add(1); m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
-		m.log.Warn("throttle: many callers waiting at once", "waiting", n, "threshold", m.cfg.DelayedWarnThreshold)
 	}
 }
 

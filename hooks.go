@@ -1,0 +1,218 @@
+package throttle
+
+import (
+	"fmt"
+	"time"
+)
+
+// Hooks are functions the manager calls on events, to feed metrics (see
+// examples/expvar and examples/prometheus). Each may be nil. They are
+// called without any lock of the manager held, on the goroutine of the
+// Acquire or Release that caused the event; they must be quick, and may
+// call the manager.
+type Hooks struct {
+	// Admitted: a permit was granted.
+	Admitted func(AdmittedEvent)
+	// Released: a permit was released.
+	Released func(ReleasedEvent)
+	// DelayChanged: a scope's effective delay or concurrency changed on a
+	// response (AutoThrottle, backoff, rampup).
+	DelayChanged func(DelayChangedEvent)
+	// Backoff: a response was a backoff signal for a scope.
+	Backoff func(BackoffEvent)
+	// GateSet: a server-given wait (Retry-After, RateLimit) holds a scope.
+	GateSet func(GateSetEvent)
+	// Warning: the manager logged a warning (each kind once).
+	Warning func(WarningEvent)
+}
+
+// AdmittedEvent describes a granted permit.
+type AdmittedEvent struct {
+	Scopes []string
+	At     time.Time
+	Waited time.Duration // since Acquire was called
+}
+
+// ReleasedEvent describes a released permit.
+type ReleasedEvent struct {
+	Scopes  []string
+	Status  int // 0 without a response
+	Err     error
+	Latency time.Duration
+}
+
+// DelayChangedEvent describes a change of a scope's effective limits.
+type DelayChangedEvent struct {
+	Scope                          string
+	OldDelay, NewDelay             time.Duration
+	OldConcurrency, NewConcurrency int
+	// Reason is the part that sets the delay now: ReasonDelay (configured
+	// or AutoThrottle), ReasonBackoff, ReasonRobots.
+	Reason Reason
+}
+
+// BackoffEvent describes a backoff signal.
+type BackoffEvent struct {
+	Scope  string
+	Status int           // 0 for a transport error
+	Delay  time.Duration // the scope's delay after it
+	Outage bool          // the scope is probing an outage
+}
+
+// GateSetEvent describes a server-given wait.
+type GateSetEvent struct {
+	Scope string
+	Until time.Time
+}
+
+// WarningEvent describes a warning.
+type WarningEvent struct {
+	Message string
+	Scope   string // "" when not about one scope
+}
+
+// warn logs msg once per kind (the caller keeps the once) and calls the
+// Warning hook.
+func (m *ThrottlingManager) warn(msg, scope string, attrs ...any) {
+	if scope != "" {
+		attrs = append([]any{"scope", scope}, attrs...)
+	}
+	m.log.Warn(msg, attrs...)
+	if h := m.cfg.Hooks.Warning; h != nil {
+		h(WarningEvent{Message: msg, Scope: scope})
+	}
+}
+
+// policySnap is what the release hooks compare before and after Finish.
+type policySnap struct {
+	delay   time.Duration
+	why     Reason
+	conc    int
+	gate    time.Time
+	backoff time.Duration
+	outage  bool
+}
+
+func snapOf(s *scope) (policySnap, bool) {
+	ds, ok := s.mgr.(*defaultScope)
+	if !ok {
+		return policySnap{}, false
+	}
+	d, why := ds.delay()
+	return policySnap{delay: d, why: why, conc: ds.concurrency(), gate: ds.gate,
+		backoff: ds.backoff.delay, outage: ds.backoff.outage}, true
+}
+
+// hookEvents collects a release's events while locks are held, to call
+// the hooks after.
+type hookEvents struct {
+	delays  []DelayChangedEvent
+	backoff []BackoffEvent
+	gates   []GateSetEvent
+}
+
+// observe compares a scope's policy before and after a response.
+func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal bool) {
+	after, ok := snapOf(s)
+	if !ok {
+		return
+	}
+	if after.delay != before.delay || after.conc != before.conc {
+		ev.delays = append(ev.delays, DelayChangedEvent{Scope: s.key, OldDelay: before.delay, NewDelay: after.delay,
+			OldConcurrency: before.conc, NewConcurrency: after.conc, Reason: after.why})
+	}
+	if signal {
+		ev.backoff = append(ev.backoff, BackoffEvent{Scope: s.key, Status: fb.Status, Delay: after.delay, Outage: after.outage})
+	}
+	if after.gate.After(before.gate) {
+		ev.gates = append(ev.gates, GateSetEvent{Scope: s.key, Until: after.gate})
+	}
+}
+
+func (m *ThrottlingManager) fire(ev *hookEvents) {
+	h := &m.cfg.Hooks
+	for _, e := range ev.delays {
+		if h.DelayChanged != nil {
+			h.DelayChanged(e)
+		}
+	}
+	for _, e := range ev.backoff {
+		if h.Backoff != nil {
+			h.Backoff(e)
+		}
+	}
+	for _, e := range ev.gates {
+		if h.GateSet != nil {
+			h.GateSet(e)
+		}
+	}
+}
+
+// watchesPolicy reports whether a hook needs the policy's changes.
+func (h *Hooks) watchesPolicy() bool {
+	return h.DelayChanged != nil || h.Backoff != nil || h.GateSet != nil
+}
+
+// ineffective warns, once per manager, about a setting that has had no
+// effect: called on a scope's ineffectiveAfter-th response, with s locked.
+func (m *ThrottlingManager) checkIneffective(s *scope) {
+	ds, ok := s.mgr.(*defaultScope)
+	if !ok || m.warnedIneffective.Load() {
+		return
+	}
+	c := &s.counts
+	conc := ds.cfg.Concurrency
+	d, _ := ds.delay()
+	if conc > 1 && c.peak <= 1 && c.latency > 0 && d >= c.latency && !ds.cfg.Rampup.Enabled {
+		if m.warnedIneffective.Swap(true) {
+			return
+		}
+		msg := fmt.Sprintf("throttle: Concurrency %d has had no effect: in %d requests never more than 1 was in flight, "+
+			"because the delay between starts (%v) is longer than a request takes (%v), so a slot is free again before the next start is due; "+
+			"lower Delay to use the concurrency, or set Concurrency 1", conc, c.requests, d, c.latency)
+		m.warnAsync(msg, s.key)
+	}
+}
+
+// warnAsync records a warning to give out once the caller's locks are
+// released (the Warning hook must be called without them).
+func (m *ThrottlingManager) warnAsync(msg, scope string) {
+	m.pendingMu.Lock()
+	m.pending = append(m.pending, WarningEvent{Message: msg, Scope: scope})
+	m.pendingMu.Unlock()
+	m.hasPending.Store(true)
+}
+
+// flushWarnings gives out the warnings recorded under locks.
+func (m *ThrottlingManager) flushWarnings() {
+	if !m.hasPending.Load() {
+		return
+	}
+	m.pendingMu.Lock()
+	ws := m.pending
+	m.pending = nil
+	m.hasPending.Store(false)
+	m.pendingMu.Unlock()
+	for _, w := range ws {
+		m.warn(w.Message, w.Scope)
+	}
+}
+
+// ineffectiveAfter is how many responses a scope must have had before a
+// setting is called ineffective.
+const ineffectiveAfter = 100
+
+// warnStatic warns at New about settings that contradict each other.
+func (m *ThrottlingManager) warnStatic() {
+	check := func(name string, sc *ScopeConfig) {
+		if sc.AutoThrottle.Enabled && sc.AutoThrottle.TargetConcurrency > float64(sc.Concurrency) {
+			m.warn(fmt.Sprintf("throttle: %s.AutoThrottle.TargetConcurrency %g exceeds Concurrency %d: AutoThrottle "+
+				"aims at %g requests in flight but the scope allows %d, so its delay is lower than it would choose",
+				name, sc.AutoThrottle.TargetConcurrency, sc.Concurrency, sc.AutoThrottle.TargetConcurrency, sc.Concurrency), "")
+		}
+	}
+	check("Default", &m.cfg.Default)
+	for k, sc := range m.cfg.Scopes {
+		check(fmt.Sprintf("Scopes[%q]", k), &sc)
+	}
+}

@@ -1,0 +1,184 @@
+package throttle
+
+import (
+	"time"
+)
+
+// Counts are counters of requests and their outcomes.
+type Counts struct {
+	Requests uint64 // permits granted
+	// Responses counts the answers by status class: Responses[2] the
+	// 2xx, Responses[5] the 5xx ...; Responses[0] the requests that ended
+	// with a transport error or no response.
+	Responses [6]uint64
+	Signals   uint64 // backoff signals among them
+}
+
+func (c *Counts) add(o *Counts) {
+	c.Requests += o.Requests
+	for i := range c.Responses {
+		c.Responses[i] += o.Responses[i]
+	}
+	c.Signals += o.Signals
+}
+
+// ScopeStats is one scope at the moment of a Stats call.
+type ScopeStats struct {
+	Key      string
+	InFlight int // permits held
+	Waiting  int // callers blocked in Acquire on it
+	// Concurrency and Delay are the effective limits now: configured,
+	// learned, robots.txt's.
+	Concurrency int
+	Delay       time.Duration
+	// Reason is why a request of this scope alone would wait now
+	// (ReasonNone: it would start), ReadyAt until when, if known.
+	Reason  Reason
+	ReadyAt time.Time
+	// Backoff: the raised delay and reduced concurrency (0: none), the
+	// highest delay that drew a signal and the lowest proven safe in
+	// this episode, and whether the scope is probing an outage.
+	BackoffDelay       time.Duration
+	BackoffConcurrency int
+	BackoffBad         time.Duration
+	BackoffSafe        time.Duration
+	Outage             bool
+	AutoThrottleDelay  time.Duration // 0 when AutoThrottle is off
+	RampupLevel        float64       // 0 when rampup is off or at the bottom
+	Gate               time.Time     // a server-given wait pending until then
+	LastLatency        time.Duration
+	// Counts are this scope's since it was created (a forgotten scope's
+	// counts stay in Stats.Totals).
+	Counts Counts
+}
+
+// Stats is a snapshot of a manager.
+type Stats struct {
+	At                time.Time
+	InFlight          int // permits held, all scopes
+	Waiting           int // callers blocked in Acquire
+	GlobalConcurrency int
+	Totals            Counts // since New, forgotten scopes included
+	Scopes            []ScopeStats
+}
+
+// scopeCounts are a scope's counters, kept by the manager under the
+// scope's lock, so every ScopeManager has them.
+type scopeCounts struct {
+	inFlight  int32
+	peak      int32 // most permits held at once
+	requests  uint32
+	signals   uint32
+	responses [6]uint32
+	latency   time.Duration // the last one
+	refusing  int64         // Unix ns of the first signal since the last other answer; 0: none
+}
+
+func (c *scopeCounts) started() {
+	c.inFlight++
+	c.peak = max(c.peak, c.inFlight)
+	c.requests++
+}
+
+func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal bool) {
+	if c.inFlight > 0 {
+		c.inFlight--
+	}
+	class := 0
+	if fb.Status >= 100 && fb.Status < 600 && fb.Err == nil {
+		class = fb.Status / 100
+	}
+	c.responses[class]++
+	if fb.Latency > 0 {
+		c.latency = fb.Latency
+	}
+	switch {
+	case signal:
+		c.signals++
+		if c.refusing == 0 {
+			c.refusing = now.UnixNano()
+		}
+	case fb.Err == nil || fb.Status != 0:
+		c.refusing = 0 // the server answered something else
+	}
+}
+
+func (c *scopeCounts) counts() Counts {
+	out := Counts{Requests: uint64(c.requests), Signals: uint64(c.signals)}
+	for i, n := range c.responses {
+		out.Responses[i] = uint64(n)
+	}
+	return out
+}
+
+// signalOf reports whether fb is a backoff signal for s's policy.
+func signalOf(s *scope, fb *Feedback) bool {
+	if ds, ok := s.mgr.(*defaultScope); ok {
+		return ds.isSignal(fb)
+	}
+	return fb.Backoff && fb.appliesTo(s.key)
+}
+
+// Stats returns a snapshot of every scope and the manager's totals.
+func (m *ThrottlingManager) Stats() Stats {
+	var st Stats
+	m.StatsInto(&st)
+	return st
+}
+
+// StatsInto is Stats reusing st's Scopes slice, so a caller polling every
+// second allocates nothing once the slice is large enough (keys are
+// shared with the manager, not copied).
+func (m *ThrottlingManager) StatsInto(st *Stats) {
+	now := m.clock.Now()
+	*st = Stats{At: now, Scopes: st.Scopes[:0], GlobalConcurrency: m.cfg.GlobalConcurrency,
+		Waiting: int(m.waiting.Load()), InFlight: int(m.global.n.Load())}
+	globalFull := m.global.n.Load() >= m.global.limit
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		if sh.forgotten != nil {
+			st.Totals.add(sh.forgotten)
+		}
+		for _, s := range sh.m {
+			st.Scopes = append(st.Scopes, ScopeStats{})
+			ss := &st.Scopes[len(st.Scopes)-1]
+			s.mu.Lock()
+			m.scopeStats(s, now, globalFull, ss)
+			s.mu.Unlock()
+			st.Totals.add(&ss.Counts)
+		}
+		sh.mu.RUnlock()
+	}
+}
+
+// scopeStats fills ss with s's state; s is locked.
+func (m *ThrottlingManager) scopeStats(s *scope, now time.Time, globalFull bool, ss *ScopeStats) {
+	c := &s.counts
+	*ss = ScopeStats{Key: s.key, InFlight: int(c.inFlight), Waiting: s.queue.n, LastLatency: c.latency, Counts: c.counts()}
+	adm := s.mgr.Admit(now, 1)
+	ss.Reason, ss.ReadyAt = adm.Reason, adm.At
+	if ss.Reason == ReasonNone && globalFull {
+		ss.Reason = ReasonGlobal
+	}
+	if ds, ok := s.mgr.(*defaultScope); ok {
+		ds.fillStats(ss)
+	}
+}
+
+// fillStats adds the default policy's state to ss.
+func (s *defaultScope) fillStats(ss *ScopeStats) {
+	ss.Concurrency = s.concurrency()
+	ss.Delay, _ = s.delay()
+	b := &s.backoff
+	ss.BackoffDelay, ss.BackoffConcurrency, ss.Outage = b.delay, b.concurrency, b.outage
+	if b.hasBad {
+		ss.BackoffBad = b.bad
+	}
+	ss.BackoffSafe = b.safe
+	ss.AutoThrottleDelay = s.auto.current(&s.cfg)
+	if s.cfg.Rampup.Enabled {
+		ss.RampupLevel = s.rampup.pos
+	}
+	ss.Gate = s.gate
+}
