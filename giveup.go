@@ -79,6 +79,12 @@ func (m *ThrottlingManager) countWaiting() error {
 		return &TooManyWaitingError{Limit: limit}
 	}
 	if m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
+		defer func() {
+			if r := recover(); r != nil { // the Warning hook panicked: this caller is not waiting
+				m.waiting.Add(-1)
+				panic(r)
+			}
+		}()
 		m.warn("throttle: many callers waiting at once", "", "waiting", n, "threshold", m.cfg.DelayedWarnThreshold)
 	}
 	return nil

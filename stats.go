@@ -156,7 +156,7 @@ func (m *ThrottlingManager) StatsInto(st *Stats) {
 func (m *ThrottlingManager) scopeStats(s *scope, now time.Time, globalFull bool, ss *ScopeStats) {
 	c := &s.counts
 	*ss = ScopeStats{Key: s.key, InFlight: int(c.inFlight), Waiting: s.queue.n, LastLatency: c.latency, Counts: c.counts()}
-	adm := s.mgr.Admit(now, 1)
+	adm := s.admit(now, 1)
 	ss.Reason, ss.ReadyAt = adm.Reason, adm.At
 	if ss.Reason == ReasonNone && globalFull {
 		ss.Reason = ReasonGlobal

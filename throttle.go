@@ -41,6 +41,8 @@ type ThrottlingManager struct {
 	robots  *robotsCache // nil when robots.txt handling is off
 	shared  *shared      // nil without Config.Store
 
+	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
+	customFeedback    bool        // Config.Feedback is the user's: guard it
 	warnedIneffective atomic.Bool
 	hasPending        atomic.Bool
 	pendingMu         sync.Mutex
@@ -89,6 +91,7 @@ type scope struct {
 	explicit bool
 	dead     bool // forgotten for idleness; look it up again
 	counts   scopeCounts
+	guard    *guarded // a custom ScopeManager's panic guard; nil for the default one
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
@@ -115,6 +118,8 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	}
 	if m.feedback == nil {
 		m.feedback = DefaultFeedback
+	} else {
+		m.customFeedback = true
 	}
 	if m.factory == nil {
 		m.factory = NewDefaultScopeManager
@@ -183,7 +188,26 @@ func (p *Permit) Release(resp *http.Response, err error) {
 		return
 	}
 	now := p.m.clock.Now()
-	p.doneAt(now, p.m.feedback(now, resp, err), true)
+	if !p.m.customFeedback {
+		p.doneAt(now, p.m.feedback(now, resp, err), true)
+		return
+	}
+	fb, pv := p.m.safeFeedback(now, resp, err)
+	p.doneAt(now, fb, true)
+	if pv != nil {
+		panic(pv) // the slots are given back; the user's bug surfaces
+	}
+}
+
+// safeFeedback calls a user's FeedbackFunc; if it panics, the permit is
+// released with no feedback (NoAdjust) before the panic goes on.
+func (m *ThrottlingManager) safeFeedback(now time.Time, resp *http.Response, err error) (fb Feedback, pv any) {
+	defer func() {
+		if r := recover(); r != nil {
+			fb, pv = Feedback{Err: err, NoAdjust: true}, r
+		}
+	}()
+	return m.feedback(now, resp, err), nil
 }
 
 // ReleaseFeedback is Release with feedback the caller built: a zero
@@ -230,7 +254,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		if watch {
 			before, _ = snapOf(h.s)
 		}
-		h.s.mgr.Finish(now, h.ticket, fb)
+		h.s.finish(now, h.ticket, fb)
 		h.s.lastUsed = now.UnixNano()
 		signal := signalOf(h.s, fb)
 		h.s.counts.finished(now, fb, signal)
@@ -245,6 +269,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	}
 	m.global.release()
 	m.afterRelease(p, fb, &ev, watch)
+	m.raise(p.scopes)
 }
 
 // afterRelease calls the hooks of a release, with no lock held.
@@ -315,7 +340,14 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 }
 
 func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
+	ok := false
+	defer func() {
+		if !ok { // the hook panicked: the caller never gets p, so give it back
+			p.ReleaseFeedback(Feedback{NoAdjust: true})
+		}
+	}()
 	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called))})
+	ok = true
 }
 
 func (m *ThrottlingManager) acquire1(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
@@ -579,7 +611,7 @@ func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n in
 		if s == keep || !s.mu.TryLock() {
 			continue
 		}
-		if s.queue.n == 0 && s.counts.inFlight == 0 && s.mgr.Idle(now) != Busy {
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy {
 			idle = append(idle, s)
 		}
 		s.mu.Unlock()
@@ -587,7 +619,7 @@ func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n in
 	slices.SortFunc(idle, func(a, b *scope) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
 	for _, s := range idle[:min(n, len(idle))] {
 		s.mu.Lock()
-		if s.queue.n == 0 && s.counts.inFlight == 0 && s.mgr.Idle(now) != Busy { // still idle
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy { // still idle
 			sh.forget(s)
 		}
 		s.mu.Unlock()
@@ -648,6 +680,10 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 		f = m.factory
 	}
 	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now.UnixNano()}
+	if _, ok := s.mgr.(*defaultScope); !ok && (cfg.NewManager != nil || m.cfg.NewScopeManager != nil) {
+		s.guard = &guarded{ScopeManager: s.mgr}
+		m.guarded.Store(true)
+	}
 	if m.robots != nil {
 		if d := m.robots.hostDelay(key); d > 0 {
 			m.robots.apply(s, d, &cfg)() // not shared yet: no lock needed
@@ -682,7 +718,7 @@ func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
 		// policy spares a sweep touching the policies of recent scopes.
 		return false
 	}
-	switch s.mgr.Idle(now) {
+	switch s.idle(now) {
 	case IdleEmpty:
 		return idle >= m.cfg.IdleTimeout
 	case IdleLearned:
@@ -754,7 +790,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	}
 	blocked := false
 	for i := range hs {
-		a := hs[i].s.mgr.Admit(now, hs[i].cost)
+		a := hs[i].s.admit(now, hs[i].cost)
 		switch {
 		case a.Reason == ReasonNone:
 		case a.At.IsZero():
@@ -820,7 +856,7 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	for i := range p.scopes {
 		h := &p.scopes[i]
-		h.ticket = h.s.mgr.Start(now, h.cost)
+		h.ticket = h.s.start(now, h.cost)
 		h.s.lastUsed = now.UnixNano()
 		h.s.counts.started()
 	}
@@ -838,11 +874,13 @@ func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, 
 		if m.global.tryFast() {
 			m.start(p, now)
 			unlockAll(p.scopes)
+			m.raiseAfterStart(p)
 			return true, adm, -1
 		}
 		adm = Admission{Reason: ReasonGlobal}
 	}
 	unlockAll(p.scopes)
+	m.raise(p.scopes)
 	return false, adm, who
 }
 
@@ -874,6 +912,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 				m.start(p, now)
 				m.dequeue(w, hs)
 				unlockAll(hs)
+				m.raiseAfterStart(p)
 				return p, nil
 			}
 			adm = Admission{Reason: ReasonGlobal}
@@ -887,6 +926,15 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			return nil, err
 		}
 		unlockAll(hs)
+		if m.guarded.Load() {
+			if pv := takePanic(hs); pv != nil {
+				lockAll(hs)
+				m.global.leave(w)
+				m.dequeue(w, hs)
+				unlockAll(hs)
+				panic(pv)
+			}
+		}
 
 		var timerC <-chan time.Time
 		if !adm.At.IsZero() {
@@ -964,9 +1012,14 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 		return nil
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mgr.SetConfig(m.clock.Now(), cfg)
+	s.setConfig(m.clock.Now(), cfg)
 	s.explicit = true
 	wakeNeeding(s, s.queue.head)
+	s.mu.Unlock()
+	if s.guard != nil {
+		if pv := s.guard.panicked.Swap(nil); pv != nil {
+			panic(pv)
+		}
+	}
 	return nil
 }

@@ -73,6 +73,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		GotFirstResponseByte: func() { lt.first.Store(clock.Now().UnixNano()) },
 	}
 	traced := req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	defer func() {
+		// The base RoundTripper or the FeedbackFunc panicked: give the
+		// slots back (doneAt does nothing if they were), then go on.
+		if r := recover(); r != nil {
+			p.doneAt(clock.Now(), Feedback{NoAdjust: true, Err: errPanicked}, false)
+			panic(r)
+		}
+	}()
 	start := clock.Now()
 	resp, err := t.base.RoundTrip(traced)
 	now := clock.Now()
