@@ -82,6 +82,12 @@ type Config struct {
 	// Acquire fails at once with a *TooManyWaitingError. Zero means no
 	// cap. Default 0.
 	MaxWaiting int
+	// MaxHold, when not zero, reclaims a permit held longer than this (a
+	// response body that never ends, a caller that forgot Release): its
+	// slots are released as a timeout, with one warning; the caller's
+	// later Release does nothing. Zero (the default) holds a slot until
+	// the caller releases it or, through the Transport, closes the body.
+	MaxHold time.Duration
 	// MaxRefusal, when not zero, gives up on scopes that refuse: once a
 	// scope has answered nothing but backoff signals for longer than
 	// this, a request that would wait for it fails at once with a
@@ -223,6 +229,9 @@ func (c *Config) validate() error {
 		return &ConfigError{"MaxWaiting", "must be >= 0"}
 	}
 	if err := checkDuration("MaxRefusal", c.MaxRefusal); err != nil {
+		return err
+	}
+	if err := checkDuration("MaxHold", c.MaxHold); err != nil {
 		return err
 	}
 	if err := c.Robots.validate(); err != nil {

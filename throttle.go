@@ -44,6 +44,8 @@ type ThrottlingManager struct {
 	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
 	customFeedback    bool        // Config.Feedback is the user's: guard it
 	warnedIneffective atomic.Bool
+	warnedHold        atomic.Bool
+	holds             holds // held permits, with Config.MaxHold
 	hasPending        atomic.Bool
 	pendingMu         sync.Mutex
 	pending           []WarningEvent // warnings found under locks, given out after
@@ -158,6 +160,11 @@ type Permit struct {
 	shared bool
 	lease  string
 	local  time.Time
+
+	// With Config.MaxHold: the manager's list of held permits.
+	hprev, hnext *Permit
+	hlocal       int64 // Unix ns when listed
+	hlisted      bool
 }
 
 // held is one scope a permit holds a slot in.
@@ -241,6 +248,9 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 }
 
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
+	if p.hlisted {
+		m.holds.remove(p)
+	}
 	if p.shared {
 		m.releaseShared(p, now, fb)
 		return
@@ -351,6 +361,18 @@ func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
 }
 
 func (m *ThrottlingManager) acquire1(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+	if m.cfg.MaxHold <= 0 {
+		return m.acquire2(ctx, req, notBefore, rt)
+	}
+	m.reclaim(m.clock.Now())
+	p, err := m.acquire2(ctx, req, notBefore, rt)
+	if err == nil {
+		m.holds.add(p, m.clock.Now())
+	}
+	return p, err
+}
+
+func (m *ThrottlingManager) acquire2(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -395,6 +417,9 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		ctx = req.Context()
 	}
 	now := m.clock.Now()
+	if m.cfg.MaxHold > 0 {
+		m.reclaim(now)
+	}
 	p, err := m.newPermit(ctx, req, now, true)
 	if err != nil {
 		return nil, Admission{}, err
@@ -420,6 +445,9 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		*p = Permit{}
 		unusedPermits.Put(p)
 		return nil, adm, err
+	}
+	if m.cfg.MaxHold > 0 {
+		m.holds.add(p, now)
 	}
 	if m.cfg.Hooks.Admitted != nil {
 		m.admitted(p, now)
@@ -936,6 +964,13 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			}
 		}
 
+		if adm.At.IsZero() && m.cfg.MaxHold > 0 {
+			// Waiting for a release: the oldest permit may be reclaimed
+			// first.
+			if dl := m.holdDeadline(); !dl.IsZero() {
+				adm.At = dl
+			}
+		}
 		var timerC <-chan time.Time
 		if !adm.At.IsZero() {
 			d := adm.At.Sub(now)
@@ -959,6 +994,9 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		case <-timerC:
 		}
 		now = m.clock.Now()
+		if m.cfg.MaxHold > 0 {
+			m.reclaim(now)
+		}
 		lockAll(hs)
 	}
 }

@@ -1,0 +1,105 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrHeldTooLong is the error of the feedback a permit is released with
+// when Config.MaxHold reclaims it.
+var ErrHeldTooLong = errors.New("throttle: permit held longer than MaxHold, reclaimed")
+
+// holds lists the permits held, oldest first, when Config.MaxHold is set:
+// a body that never ends (a tarpit) would otherwise hold its slots until
+// the caller gives up. Nothing runs in the background: the oldest start is
+// checked on each Acquire and TryAcquire, and a caller waiting for a slot
+// sets its timer to the oldest permit's deadline.
+type holds struct {
+	mu         sync.Mutex
+	head, tail *Permit
+	oldest     atomic.Int64 // Unix ns of head's acquisition; 0: none
+}
+
+func (h *holds) add(p *Permit, now time.Time) {
+	h.mu.Lock()
+	p.hlocal = now.UnixNano()
+	p.hprev, p.hnext = h.tail, nil
+	if h.tail != nil {
+		h.tail.hnext = p
+	} else {
+		h.head = p
+		h.oldest.Store(p.hlocal)
+	}
+	h.tail = p
+	p.hlisted = true
+	h.mu.Unlock()
+}
+
+func (h *holds) remove(p *Permit) {
+	h.mu.Lock()
+	h.unlink(p)
+	h.mu.Unlock()
+}
+
+func (h *holds) unlink(p *Permit) {
+	if !p.hlisted {
+		return
+	}
+	if p.hprev != nil {
+		p.hprev.hnext = p.hnext
+	} else {
+		h.head = p.hnext
+	}
+	if p.hnext != nil {
+		p.hnext.hprev = p.hprev
+	} else {
+		h.tail = p.hprev
+	}
+	p.hprev, p.hnext, p.hlisted = nil, nil, false
+	if h.head != nil {
+		h.oldest.Store(h.head.hlocal)
+	} else {
+		h.oldest.Store(0)
+	}
+}
+
+// deadline returns when the oldest permit is due to be reclaimed (zero:
+// none held).
+func (m *ThrottlingManager) holdDeadline() time.Time {
+	if o := m.holds.oldest.Load(); o != 0 {
+		return time.Unix(0, o).Add(m.cfg.MaxHold)
+	}
+	return time.Time{}
+}
+
+// reclaim releases, as timeouts, the permits held longer than MaxHold at
+// now, and warns once. Called with no lock held.
+func (m *ThrottlingManager) reclaim(now time.Time) {
+	o := m.holds.oldest.Load()
+	if o == 0 || time.Duration(now.UnixNano()-o) < m.cfg.MaxHold {
+		return
+	}
+	var due []*Permit
+	h := &m.holds
+	h.mu.Lock()
+	for p := h.head; p != nil && time.Duration(now.UnixNano()-p.hlocal) >= m.cfg.MaxHold; {
+		next := p.hnext
+		h.unlink(p)
+		if p.released.CompareAndSwap(false, true) {
+			due = append(due, p)
+		}
+		p = next
+	}
+	h.mu.Unlock()
+	for _, p := range due {
+		p.fb = Feedback{Err: ErrHeldTooLong, Timeout: true, Backoff: true, Latency: m.cfg.MaxHold}
+		m.release(p, now, &p.fb)
+		if !m.warnedHold.Swap(true) {
+			m.warn(fmt.Sprintf("throttle: a permit was held longer than MaxHold (%v) and its slots were reclaimed; "+
+				"a response body that never ends holds a slot until the caller closes it", m.cfg.MaxHold), "")
+		}
+	}
+}
