@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 )
 
@@ -51,6 +53,23 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		p.Release(ok200, nil)
 	}
+}
+
+// TestAcquireReleaseAllocs pins BenchmarkAcquireRelease's budget: one
+// allocation, the Permit, per Acquire and Release of a ready scope.
+func TestAcquireReleaseAllocs(t *testing.T) {
+	m, err := New(benchConfig())
+	require.NoError(t, err)
+	req := get(t, "http://host0.example/page")
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		p, err := m.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(ok200, nil)
+	})
+	assert.LessOrEqual(t, allocs, 1.0)
 }
 
 // BenchmarkAcquireReleaseParallel: b.RunParallel over 10,000 hosts, each

@@ -95,8 +95,8 @@ func (m *ThrottlingManager) reclaim(now time.Time) {
 	}
 	h.mu.Unlock()
 	for _, p := range due {
-		p.fb = Feedback{Err: ErrHeldTooLong, Timeout: true, Backoff: true, Latency: m.cfg.MaxHold}
-		m.release(p, now, &p.fb)
+		fb := Feedback{Err: ErrHeldTooLong, Timeout: true, Backoff: true, Latency: m.cfg.MaxHold}
+		m.release(p, now, &fb)
 		if !m.warnedHold.Swap(true) {
 			m.warn(fmt.Sprintf("throttle: a permit was held longer than MaxHold (%v) and its slots were reclaimed; "+
 				"a response body that never ends holds a slot until the caller closes it", m.cfg.MaxHold), "")

@@ -153,7 +153,6 @@ type Permit struct {
 	acquired time.Time
 	released atomic.Bool
 	noAdjust bool
-	fb       Feedback // the feedback given at Release; kept here so it doesn't escape per call
 
 	// With a Store: the lease, and the local clock when acquired (which
 	// is then the store's time).
@@ -243,20 +242,30 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	p.fb = fb
-	p.m.release(p, now, &p.fb)
+	p.m.release(p, now, &fb)
 }
 
+// release gives p's slots back and hands fb to each scope's Finish.
+//
+// fb stays on the caller's stack: the default ScopeManager is called
+// directly, and its Finish keeps no pointer to fb. A custom ScopeManager,
+// called through the interface, may keep it, so it gets a heap copy, made
+// once per release and passed to every later scope of p (default ones
+// too), so each scope sees what an earlier one changed. Keeping the
+// Feedback in the Permit instead would make the Permit 248 bytes, not 128:
+// that costs every Acquire more than the copy costs a custom policy.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	if p.hlisted {
 		m.holds.remove(p)
 	}
 	if p.shared {
-		m.releaseShared(p, now, fb)
+		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
+		m.releaseShared(p, now, &cp)
 		return
 	}
 	watch := m.cfg.Hooks.watchesPolicy()
 	var ev hookEvents
+	var shared *Feedback
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		h.s.mu.Lock()
@@ -264,7 +273,16 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		if watch {
 			before, _ = snapOf(h.s)
 		}
-		h.s.finish(now, h.ticket, fb)
+		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
+			d.Finish(now, h.ticket, fb)
+		} else {
+			if shared == nil {
+				shared = new(Feedback)
+				*shared = *fb
+				fb = shared // later scopes see what this one changed
+			}
+			h.s.finish(now, h.ticket, shared)
+		}
 		h.s.lastUsed = now.UnixNano()
 		signal := signalOf(h.s, fb)
 		h.s.counts.finished(now, fb, signal)

@@ -443,6 +443,35 @@ func TestReleaseIdempotent(t *testing.T) {
 	})
 }
 
+// TestReleaseFeedbackCustomManager: a custom ScopeManager gets the Feedback
+// through the interface; scopes after it in the permit (sorted by key) see
+// what it changed, as when all scopes of a permit shared one Feedback.
+func TestReleaseFeedbackCustomManager(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		var seen []int
+		custom := cfg.Default
+		custom.NewManager = func(p ScopeParams) ScopeManager {
+			return &recordingScope{ScopeManager: NewDefaultScopeManager(p), onFinish: func(fb *Feedback) {
+				seen = append(seen, fb.Status)
+				fb.Status = http.StatusServiceUnavailable
+			}}
+		}
+		cfg.Scopes = map[string]ScopeConfig{"a": custom}
+		m := newManager(t, cfg)
+		req := get(t, "http://x.example/").WithContext(WithScopes(context.Background(), "b", "a"))
+		p, err := m.Acquire(req.Context(), req)
+		require.NoError(t, err)
+		p.Release(ok200, nil)
+		assert.Equal(t, []int{200}, seen)
+		b := m.mustScope(t, "b")
+		b.mu.Lock()
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, b.mgr.(*defaultScope).backoff.delay, "b saw a's 503")
+		b.mu.Unlock()
+	})
+}
+
 // TestCancelAtEveryStage cancels waiters blocked on each kind of wait and
 // checks that nothing is consumed and later callers go at the right time.
 func TestCancelAtEveryStage(t *testing.T) {
