@@ -79,12 +79,17 @@ var hostProfile = idna.New(idna.MapForLookup(), idna.StrictDomainName(false))
 // ErrNoHost for an empty host and ErrInvalidHost for one that is not a
 // usable host name.
 func NormalizeHost(hostport string) (string, error) {
+	if plainHost(hostport) {
+		// The common case: one pass, no allocation. A plain host holds no
+		// ':' or '[', so there is no port or bracket to strip.
+		return hostport, nil
+	}
 	h := stripPort(hostport)
 	if h == "" {
 		return "", ErrNoHost
 	}
 	if plainHost(h) {
-		return h, nil // the common case allocates nothing
+		return h, nil
 	}
 	if strings.IndexByte(h, ':') >= 0 { // IPv6 literal, possibly with a zone
 		ip, err := netip.ParseAddr(h)
@@ -131,17 +136,26 @@ func stripPort(hostport string) string {
 
 // plainHost reports whether h is already a normalised ASCII host name.
 func plainHost(h string) bool {
-	if len(h) > maxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
+	if len(h) == 0 || len(h) > maxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
 		return false
 	}
 	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+		if !hostByte[h[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// hostByte marks the bytes of a normalised ASCII host name: a table lookup
+// a byte where the five range tests cost several times that (plainHost
+// runs on every request).
+var hostByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_'
+	}
+	return t
+}()
 
 type scopesKey struct{}
 
