@@ -494,11 +494,13 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	} else {
 		p = &Permit{m: m}
 	}
+	rctx := req.Context()
+	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
 	scopes, fromCtx := ScopesFromContext(ctx)
-	if !fromCtx && req.Context() != ctx {
-		scopes, fromCtx = ScopesFromContext(req.Context())
+	if !fromCtx && other {
+		scopes, fromCtx = ScopesFromContext(rctx)
 	}
-	p.noAdjust = noAdjust(ctx) || (req.Context() != ctx && noAdjust(req.Context()))
+	p.noAdjust = noAdjust(ctx) || (other && noAdjust(rctx))
 	switch {
 	case fromCtx:
 	case m.cfg.Scoper == nil:
