@@ -263,7 +263,11 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	}
 	if s.started {
 		d, r := s.delay()
-		later(s.lastStart.Add(scaleDuration(d, s.jitter)), r)
+		next := s.lastStart
+		if d = scaleDuration(d, s.jitter); d != 0 {
+			next = next.Add(d) // Add(0) changes nothing but costs ~70 instructions
+		}
+		later(next, r)
 	}
 	if s.cfg.SlotDelay > 0 {
 		_, free := s.freeSlot(now)
