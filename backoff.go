@@ -223,8 +223,9 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	b.delay = min(max(next, b.delay), bc.MaxDelay)
 }
 
-// onSuccess notes a response that is not a signal.
-func (b *backoff) onSuccess(now time.Time) {
+// onSuccess notes a response that is not a signal. It reports whether the
+// delay changed (an outage ended).
+func (b *backoff) onSuccess(now time.Time) bool {
 	b.winOK++
 	if b.outage {
 		// The server answers again: back to the delay before the episode.
@@ -232,7 +233,9 @@ func (b *backoff) onSuccess(now time.Time) {
 		b.delay = b.base
 		b.safe = 0
 		b.lastStep = now
+		return true
 	}
+	return false
 }
 
 // tick processes the windows that ended before now. base is the scope's

@@ -377,17 +377,23 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	// good answers); 5xx and timeouts say the server is down or saturated,
 	// which backoff handles, outage probing included.
 	rateSignal := !signal || fb.Status == http.StatusTooManyRequests
+	// moved: a part that refresh combines may have changed. A plain
+	// success with rampup and AutoThrottle off changes none unless it
+	// ends an outage, and most responses are that: refresh is skipped.
+	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
 	if s.cfg.Rampup.Enabled && rateSignal && s.rampup.onFeedback(now, &s.cfg, t.Start, signal, fb.Latency) {
 		// rampup handled the signal by stepping back to its last good level
 	} else if signal {
 		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, fb.Status == http.StatusTooManyRequests, s.concurrency())
-	} else if fb.Err == nil {
-		s.backoff.onSuccess(now)
+	} else if fb.Err == nil && s.backoff.onSuccess(now) {
+		moved = true
 	}
 	if s.cfg.AutoThrottle.Enabled {
 		s.auto.onFeedback(&s.cfg, fb)
 	}
-	s.refresh()
+	if moved {
+		s.refresh()
+	}
 	if nd, _ := s.delay(); nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.inFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
