@@ -238,6 +238,12 @@ func (b *backoff) onSuccess(now time.Time) bool {
 	return false
 }
 
+// quiet reports whether tick has nothing to do at now: backoff is off, or
+// now is inside the current window.
+func (b *backoff) quiet(now time.Time, cfg *ScopeConfig) bool {
+	return !cfg.Backoff.Enabled || b.winSet && now.Sub(b.win) < cfg.Window
+}
+
 // tick processes the windows that ended before now. base is the scope's
 // delay without backoff, the floor recovery returns to.
 // It reports whether the delay or concurrency changed.

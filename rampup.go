@@ -200,6 +200,12 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, 
 	return r.pos > 0
 }
 
+// quiet reports whether tick has nothing to do at now: rampup is off, or
+// now is inside the current window.
+func (r *rampup) quiet(now time.Time, cfg *ScopeConfig) bool {
+	return !cfg.Rampup.Enabled || r.winSet && now.Sub(r.win) < cfg.Window
+}
+
 // tick closes the windows that ended before now.
 // It reports whether the level changed.
 func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {

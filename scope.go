@@ -195,6 +195,12 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 
 // tick rolls the windows of the learned parts forward to now.
 func (s *defaultScope) tick(now time.Time) {
+	if s.backoff.quiet(now, &s.cfg) && s.rampup.quiet(now, &s.cfg) {
+		// Nearly every call, twice per request: inside both windows,
+		// where the ticks would do nothing, without calling them (and
+		// baseDelay for backoff's).
+		return
+	}
 	if s.backoff.tick(now, &s.cfg, s.baseDelay()) || s.rampup.tick(now, &s.cfg) {
 		s.refresh()
 	}
