@@ -279,7 +279,9 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 		_, free := s.freeSlot(now)
 		later(free, ReasonSlotDelay)
 	}
-	later(s.gate, ReasonGate)
+	if !s.gate.IsZero() { // no server-given wait yet: spare the comparison
+		later(s.gate, ReasonGate)
+	}
 	if s.cfg.Quota > 0 {
 		if t, ok := s.quota.admit(now, &s.cfg, cost); !ok {
 			later(t, ReasonQuota)

@@ -407,7 +407,7 @@ func (m *ThrottlingManager) acquire2(ctx context.Context, req *http.Request, not
 			return p, err
 		}
 	}
-	if notBefore.After(now) {
+	if !notBefore.IsZero() && notBefore.After(now) { // IsZero: inline, After: a call
 		return m.wait(ctx, p, notBefore)
 	}
 	ok, adm, who := m.tryFast(p, now)
@@ -833,7 +833,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 		}
 	}
 	at, why, who := now, ReasonNone, -1
-	if notBefore.After(now) {
+	if !notBefore.IsZero() && notBefore.After(now) {
 		at, why, who = notBefore, ReasonGate, notBeforeBlocker
 	}
 	blocked := false
