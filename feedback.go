@@ -98,19 +98,25 @@ var DefaultBackoffStatuses = []int{429, 502, 503, 504, 520, 521, 522, 523, 524}
 // errors for which IsBackoffError is true. Server-given waits come from
 // ParseServerWait on the response's headers.
 func DefaultFeedback(now time.Time, resp *http.Response, err error) Feedback {
-	fb := Feedback{Size: -1, Err: err}
+	var fb Feedback
+	defaultFeedback(&fb, now, resp, err)
+	return fb
+}
+
+// defaultFeedback is DefaultFeedback filling *fb, which is zero, in place.
+func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error) {
+	fb.Size, fb.Err = -1, err
 	if resp != nil {
 		fb.Status = resp.StatusCode
 		fb.Size = resp.ContentLength
 		sw := ParseServerWait(resp.Header, now)
 		fb.Wait, fb.HasWait, fb.Exhausted = sw.Wait, sw.Present, sw.Exhausted
-		return fb
+		return
 	}
 	if err != nil && IsBackoffError(err) {
 		fb.Backoff = true
 		fb.Timeout = true
 	}
-	return fb
 }
 
 // IsBackoffError reports whether a transport error shows an overloaded

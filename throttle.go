@@ -194,12 +194,18 @@ func (p *Permit) Release(resp *http.Response, err error) {
 		return
 	}
 	now := p.m.clock.Now()
+	// The Feedback is built in place and passed on by pointer. Returned and
+	// passed by value, its 120 bytes were copied twice, with wide loads of
+	// fields just written by narrow stores, which the CPU cannot forward:
+	// a stall at each copy.
+	var fb Feedback
 	if !p.m.customFeedback {
-		p.doneAt(now, p.m.feedback(now, resp, err), true)
+		defaultFeedback(&fb, now, resp, err)
+		p.done(now, &fb, true)
 		return
 	}
 	fb, pv := p.m.safeFeedback(now, resp, err)
-	p.doneAt(now, fb, true)
+	p.done(now, &fb, true)
 	if pv != nil {
 		panic(pv) // the slots are given back; the user's bug surfaces
 	}
@@ -223,12 +229,17 @@ func (p *Permit) ReleaseFeedback(fb Feedback) {
 	if p == nil || p.released.Load() {
 		return
 	}
-	p.doneAt(p.m.clock.Now(), fb, true)
+	p.done(p.m.clock.Now(), &fb, true)
 }
 
-// doneAt releases the permit at now with fb; fillLatency replaces a zero
-// Latency with the time since Acquire returned.
+// doneAt is done with a copy of fb.
 func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
+	p.done(now, &fb, fillLatency)
+}
+
+// done releases the permit at now with *fb, which it may change;
+// fillLatency replaces a zero Latency with the time since Acquire returned.
+func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 	if !p.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -242,7 +253,7 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	p.m.release(p, now, &fb)
+	p.m.release(p, now, fb)
 }
 
 // release gives p's slots back and hands fb to each scope's Finish.

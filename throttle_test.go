@@ -472,6 +472,34 @@ func TestReleaseFeedbackCustomManager(t *testing.T) {
 	})
 }
 
+// TestReleaseCustomFeedbackFunc: Release gives a custom FeedbackFunc the
+// manager's time and hands its result to the scopes.
+func TestReleaseCustomFeedbackFunc(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		var at time.Time
+		cfg.Feedback = func(now time.Time, resp *http.Response, err error) Feedback {
+			at = now
+			fb := DefaultFeedback(now, resp, err)
+			if resp.Header.Get("X-Upstream-Status") == "429" {
+				fb.Status = http.StatusTooManyRequests
+			}
+			return fb
+		}
+		m := newManager(t, cfg)
+		p, err := m.Acquire(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		p.Release(&http.Response{StatusCode: 200, Header: http.Header{"X-Upstream-Status": {"429"}}}, nil)
+		assert.Equal(t, m.clock.Now(), at)
+		s := m.mustScope(t, "a.example")
+		s.mu.Lock()
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, s.mgr.(*defaultScope).backoff.delay, "the 429 reached the scope")
+		s.mu.Unlock()
+	})
+}
+
 // TestCancelAtEveryStage cancels waiters blocked on each kind of wait and
 // checks that nothing is consumed and later callers go at the right time.
 func TestCancelAtEveryStage(t *testing.T) {
