@@ -313,8 +313,19 @@ func (s *defaultScope) freeSlot(now time.Time) (int, time.Time) {
 
 // Start implements ScopeManager.
 func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
+	var t Ticket
+	s.start(&t, now, cost)
+	return t
+}
+
+// start is Start filling *t in place, field by field. The manager calls
+// it directly: a Ticket (48 bytes) returned by a call, or assigned from a
+// composite literal, is built in a temporary and then copied whole, with
+// wide loads of the narrow stores just made, which stall (no store
+// forwarding). TestTicketFields keeps the field list here complete.
+func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	s.inFlight++
-	t := Ticket{Slot: -1, Cost: cost, Start: now}
+	t.Slot, t.Cost, t.Window, t.Start = -1, cost, 0, now
 	if s.cfg.SlotDelay > 0 {
 		i, _ := s.freeSlot(now)
 		if i < 0 {
@@ -329,7 +340,6 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 	if s.cfg.Quota > 0 {
 		t.Window = s.quota.add(now, &s.cfg, cost)
 	}
-	return t
 }
 
 // drawJitter draws the factor applied to the delay that follows a start.

@@ -915,7 +915,11 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	for i := range p.scopes {
 		h := &p.scopes[i]
-		h.ticket = h.s.start(now, h.cost)
+		if d, ok := h.s.mgr.(*defaultScope); ok {
+			d.start(&h.ticket, now, h.cost) // in place: see defaultScope.start
+		} else {
+			h.ticket = h.s.start(now, h.cost)
+		}
 		h.s.lastUsed = now.UnixNano()
 		h.s.counts.started()
 	}

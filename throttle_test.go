@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -924,6 +925,20 @@ func TestSetScopeConfigWakesWaiters(t *testing.T) {
 
 func TestShardPadding(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(shard{}), "shards must not share cache lines")
+}
+
+// TestTicketFields: defaultScope.start sets a Ticket field by field; a new
+// field must be set there too.
+func TestTicketFields(t *testing.T) {
+	assert.Equal(t, 4, reflect.TypeFor[Ticket]().NumField(), "set the new field in defaultScope.start")
+	cfg := DefaultConfig().Default
+	cfg.SlotDelay = 0
+	d := NewDefaultScopeManager(ScopeParams{Key: "a", Config: cfg}).(*defaultScope)
+	now := time.Now()
+	tk := Ticket{Slot: 7, Cost: 9, Window: 3, Start: now.Add(-time.Hour)} // a used ticket
+	d.start(&tk, now, 2)
+	assert.Equal(t, Ticket{Slot: -1, Cost: 2, Start: now}, tk)
+	assert.Equal(t, tk, d.Start(now, 2), "Start is start in place")
 }
 
 // TestInvariantsMultiScope: 200 goroutines, requests with 1-3 random
