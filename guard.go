@@ -131,9 +131,12 @@ func takePanic(hs []held) *ScopeManagerPanic {
 // locks are released: p is released first (its slots given back), since
 // the caller will never see it.
 func (m *ThrottlingManager) raiseAfterStart(p *Permit) {
-	if !m.guarded.Load() {
-		return
+	if m.guarded.Load() { // small enough to inline: the default path pays one load
+		m.raiseAfterStartSlow(p)
 	}
+}
+
+func (m *ThrottlingManager) raiseAfterStartSlow(p *Permit) {
 	if pv := takePanic(p.scopes); pv != nil {
 		p.ReleaseFeedback(Feedback{NoAdjust: true, Err: pv})
 		panic(pv)
@@ -142,9 +145,12 @@ func (m *ThrottlingManager) raiseAfterStart(p *Permit) {
 
 // raise raises a panic kept during an operation on hs that took nothing.
 func (m *ThrottlingManager) raise(hs []held) {
-	if !m.guarded.Load() {
-		return
+	if m.guarded.Load() {
+		m.raiseSlow(hs)
 	}
+}
+
+func (m *ThrottlingManager) raiseSlow(hs []held) {
 	if pv := takePanic(hs); pv != nil {
 		panic(pv)
 	}

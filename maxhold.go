@@ -24,17 +24,18 @@ type holds struct {
 }
 
 func (h *holds) add(p *Permit, now time.Time) {
+	e := p.extension()
 	h.mu.Lock()
-	p.hlocal = now.UnixNano()
-	p.hprev, p.hnext = h.tail, nil
+	e.hlocal = now.UnixNano()
+	e.hprev, e.hnext = h.tail, nil
 	if h.tail != nil {
-		h.tail.hnext = p
+		h.tail.ext.hnext = p
 	} else {
 		h.head = p
-		h.oldest.Store(p.hlocal)
+		h.oldest.Store(e.hlocal)
 	}
 	h.tail = p
-	p.hlisted = true
+	e.hlisted = true
 	h.mu.Unlock()
 }
 
@@ -45,22 +46,23 @@ func (h *holds) remove(p *Permit) {
 }
 
 func (h *holds) unlink(p *Permit) {
-	if !p.hlisted {
+	e := p.ext
+	if e == nil || !e.hlisted {
 		return
 	}
-	if p.hprev != nil {
-		p.hprev.hnext = p.hnext
+	if e.hprev != nil {
+		e.hprev.ext.hnext = e.hnext
 	} else {
-		h.head = p.hnext
+		h.head = e.hnext
 	}
-	if p.hnext != nil {
-		p.hnext.hprev = p.hprev
+	if e.hnext != nil {
+		e.hnext.ext.hprev = e.hprev
 	} else {
-		h.tail = p.hprev
+		h.tail = e.hprev
 	}
-	p.hprev, p.hnext, p.hlisted = nil, nil, false
+	e.hprev, e.hnext, e.hlisted = nil, nil, false
 	if h.head != nil {
-		h.oldest.Store(h.head.hlocal)
+		h.oldest.Store(h.head.ext.hlocal)
 	} else {
 		h.oldest.Store(0)
 	}
@@ -85,8 +87,8 @@ func (m *ThrottlingManager) reclaim(now time.Time) {
 	var due []*Permit
 	h := &m.holds
 	h.mu.Lock()
-	for p := h.head; p != nil && time.Duration(now.UnixNano()-p.hlocal) >= m.cfg.MaxHold; {
-		next := p.hnext
+	for p := h.head; p != nil && time.Duration(now.UnixNano()-p.ext.hlocal) >= m.cfg.MaxHold; {
+		next := p.ext.hnext
 		h.unlink(p)
 		if p.released.CompareAndSwap(false, true) {
 			due = append(due, p)

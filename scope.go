@@ -155,8 +155,9 @@ type defaultScope struct {
 	// bytes, with malloc's 8-byte header for objects over 512 bytes, the
 	// struct fits the 768-byte size class; 8 more bytes of padding would
 	// put every scope in the 896-byte one.
-	started bool
-	effConc int
+	started    bool
+	lastSignal bool // the last response learned from was a backoff signal
+	effConc    int
 
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
@@ -384,6 +385,7 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 // learn routes feedback to the learned parts and sets server gates.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	signal := s.isSignal(fb)
+	s.lastSignal = signal
 	if gate, ok := s.gateFor(now, fb); ok {
 		s.setGate(gate)
 	}

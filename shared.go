@@ -214,8 +214,9 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 	}
 	unlockAll(p.scopes)
 	if ans.Admitted {
-		p.lease, p.shared = req.Lease, true
-		p.acquired, p.local = ans.Now, local
+		e := p.extension()
+		e.lease, e.shared, e.local = req.Lease, true, local
+		p.acquired = ans.Now
 	}
 	return ans, nil
 }
@@ -334,8 +335,8 @@ const maxLearnRetries = 3
 // releaseShared ends p's lease in the store with what each scope learned
 // from fb. local is the manager's clock at release.
 func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
-	now := p.acquired.Add(local.Sub(p.local))
-	rel := StoreRelease{Lease: p.lease, Scopes: make([]StoreReleaseScope, len(p.scopes))}
+	now := p.acquired.Add(local.Sub(p.ext.local))
+	rel := StoreRelease{Lease: p.ext.lease, Scopes: make([]StoreReleaseScope, len(p.scopes))}
 	watch := m.cfg.Hooks.watchesPolicy()
 	var ev hookEvents
 	for i := range p.scopes {
@@ -423,7 +424,7 @@ func containsScope(cs []StoreConflict, i int) bool {
 // permitFor returns a permit view holding only the conflicting scopes, in
 // the order of the retry's Scopes.
 func permitFor(p *Permit, cs []StoreConflict) *Permit {
-	q := &Permit{m: p.m, acquired: p.acquired, local: p.local, scopes: make([]held, len(cs))}
+	q := &Permit{m: p.m, acquired: p.acquired, ext: p.ext, scopes: make([]held, len(cs))}
 	for i, c := range cs {
 		q.scopes[i] = p.scopes[c.Scope]
 	}

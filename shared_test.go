@@ -96,7 +96,7 @@ func testStoreFallbackLocal(t *testing.T) {
 	fs.fail.Store(false)
 	p, err := m.Acquire(context.Background(), get(t, "http://b.test/"))
 	require.NoError(t, err)
-	require.True(t, p.shared, "the store answers again: back to shared state")
+	require.True(t, p.ext != nil && p.ext.shared, "the store answers again: back to shared state")
 	p.Release(ok200, nil)
 	require.Contains(t, log.String(), "store answers again")
 	require.Equal(t, int64(4), fs.admits.Load())

@@ -114,7 +114,7 @@ func (c *scopeCounts) counts() Counts {
 // signalOf reports whether fb is a backoff signal for s's policy.
 func signalOf(s *scope, fb *Feedback) bool {
 	if ds, ok := s.mgr.(*defaultScope); ok {
-		return ds.isSignal(fb)
+		return ds.lastSignal // Finish just decided it
 	}
 	return fb.Backoff && fb.appliesTo(s.key)
 }

@@ -43,6 +43,7 @@ type ThrottlingManager struct {
 
 	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
 	customFeedback    bool        // Config.Feedback is the user's: guard it
+	slowAcquire       bool        // an Admitted hook or MaxHold: acquire does more
 	warnedIneffective atomic.Bool
 	warnedHold        atomic.Bool
 	holds             holds // held permits, with Config.MaxHold
@@ -136,6 +137,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if cfg.Store != nil {
 		m.shared = newShared(cfg.Store)
 	}
+	m.slowAcquire = cfg.Hooks.Admitted != nil || cfg.MaxHold > 0
 	m.warnStatic()
 	return m, nil
 }
@@ -154,8 +156,15 @@ type Permit struct {
 	released atomic.Bool
 	noAdjust bool
 
-	// With a Store: the lease, and the local clock when acquired (which
-	// is then the store's time).
+	// ext holds what only a Store or MaxHold needs, so a plain Permit
+	// stays small (it is the one allocation of an Acquire).
+	ext *permitExt
+}
+
+// permitExt is the part of a Permit only a Store or MaxHold uses.
+type permitExt struct {
+	// With a Store: the lease, and the local clock when acquired (the
+	// Permit's acquired time is then the store's).
 	shared bool
 	lease  string
 	local  time.Time
@@ -164,6 +173,14 @@ type Permit struct {
 	hprev, hnext *Permit
 	hlocal       int64 // Unix ns when listed
 	hlisted      bool
+}
+
+// extension returns p's permitExt, making it.
+func (p *Permit) extension() *permitExt {
+	if p.ext == nil {
+		p.ext = new(permitExt)
+	}
+	return p.ext
 }
 
 // held is one scope a permit holds a slot in.
@@ -244,8 +261,8 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 		return
 	}
 	if fillLatency && fb.Latency == 0 {
-		if p.shared {
-			fb.Latency = now.Sub(p.local)
+		if e := p.ext; e != nil && e.shared {
+			fb.Latency = now.Sub(e.local)
 		} else {
 			fb.Latency = now.Sub(p.acquired)
 		}
@@ -266,10 +283,10 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // Feedback in the Permit instead would make the Permit 248 bytes, not 128:
 // that costs every Acquire more than the copy costs a custom policy.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
-	if p.hlisted {
+	if e := p.ext; e != nil && e.hlisted {
 		m.holds.remove(p)
 	}
-	if p.shared {
+	if e := p.ext; e != nil && e.shared {
 		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
 		m.releaseShared(p, now, &cp)
 		return
@@ -307,7 +324,9 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		h.s.mu.Unlock()
 	}
 	m.global.release()
-	m.afterRelease(p, fb, &ev, watch)
+	if watch || m.cfg.Hooks.Released != nil || m.hasPending.Load() {
+		m.afterRelease(p, fb, &ev, watch)
+	}
 	m.raise(p.scopes)
 }
 
@@ -367,6 +386,9 @@ func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Pe
 // acquire is Acquire for a request that may not start before notBefore,
 // going through rt (nil for manual callers).
 func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+	if !m.slowAcquire {
+		return m.acquire2(ctx, req, notBefore, rt)
+	}
 	if m.cfg.Hooks.Admitted == nil {
 		return m.acquire1(ctx, req, notBefore, rt)
 	}
@@ -413,7 +435,7 @@ func (m *ThrottlingManager) acquire2(ctx context.Context, req *http.Request, not
 	if err != nil {
 		return nil, err
 	}
-	if m.useStore(now) {
+	if m.shared != nil && m.useStore(now) {
 		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
 			return p, err
 		}
@@ -455,7 +477,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 	}
 	var ok bool
 	var adm Admission
-	if m.useStore(now) {
+	if m.shared != nil && m.useStore(now) {
 		ok, adm, err = m.tryShared(ctx, p)
 		if err == errUseLocal {
 			ok, adm, _ = m.tryFast(p, now)
