@@ -290,7 +290,11 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 		var d time.Duration
 		if !ans.At.IsZero() {
 			d = max(ans.At.Sub(ans.Now), time.Millisecond)
-			if dl, ok := ctx.Deadline(); ok && dl.Before(local.Add(d)) {
+			// A concurrency refusal's time is only a fallback wake (for
+			// redisstore the earliest lease expiry, up to LeaseTTL away):
+			// a release may free a slot at any moment, so, as without a
+			// store, it is no reason to give up before the deadline.
+			if dl, ok := ctx.Deadline(); ok && ans.Reason != ReasonConcurrency && dl.Before(local.Add(d)) {
 				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 			}
 		}

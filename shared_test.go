@@ -167,3 +167,45 @@ func testSharedFleetHoldsLimits(t *testing.T) {
 	require.LessOrEqual(t, peak.Load(), int64(2))
 	require.Len(t, all, n)
 }
+
+// fallbackWakeStore is a MemoryStore that names a fallback time for a
+// concurrency refusal, as redisstore does (the earliest lease expiry).
+type fallbackWakeStore struct{ *MemoryStore }
+
+func (f fallbackWakeStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error) {
+	ans, err := f.MemoryStore.Admit(ctx, req)
+	if err == nil && !ans.Admitted && ans.Reason == ReasonConcurrency && ans.At.IsZero() {
+		ans.At = ans.Now.Add(30 * time.Second)
+	}
+	return ans, err
+}
+
+// TestSharedDeadlineBeforeFallbackWake: a caller whose deadline falls
+// before a concurrency refusal's fallback time waits for a release rather
+// than giving up at once: the fallback is no earliest start.
+func TestSharedDeadlineBeforeFallbackWake(t *testing.T) {
+	synctest.Test(t, testSharedDeadlineBeforeFallbackWake)
+}
+
+func testSharedDeadlineBeforeFallbackWake(t *testing.T) {
+	var clock Clock
+	store := fallbackWakeStore{NewMemoryStore(clock)}
+	m1 := storeManager(t, clock, store, FailClosed, nil)
+	m2 := storeManager(t, clock, store, FailClosed, nil)
+	p1, err := m1.Acquire(context.Background(), get(t, "http://busy.test/"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		p2, err := m2.Acquire(ctx, get(t, "http://busy.test/"))
+		if err == nil {
+			p2.Release(ok200, nil)
+		}
+		got <- err
+	}()
+	synctest.Wait() // m2 refused, and waiting
+	require.Equal(t, 1, m2.Waiting(), "gave up at once")
+	p1.Release(ok200, nil) // m2 is woken, then waits out the 1 s delay
+	require.NoError(t, <-got)
+}
