@@ -67,6 +67,15 @@
 // Each call is bounded by Options.Timeout. What the manager then does is
 // throttle.Config.StoreFailure: FailClosed (Acquire returns a
 // *throttle.StoreError) or FallbackLocal.
+//
+// A call that timed out may still reach Redis later: a paused Redis runs
+// the commands queued meanwhile when it resumes. An admission carries its
+// deadline in Redis time (the store keeps an estimate of Redis's clock,
+// from TIME at New and from every admission's reply), and admit.lua
+// refuses it past that deadline, so no slot is taken for a caller that
+// stopped waiting; only a reply lost within one round trip of the
+// deadline leaves such a lease, and it expires after LeaseTTL. With
+// Options.Clock no deadline is sent.
 package redisstore
 
 import (
@@ -81,6 +90,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/crawlerkit/throttle"
@@ -137,6 +147,11 @@ type Store struct {
 	closed   bool
 	stop     chan struct{}
 	done     sync.WaitGroup
+
+	// offset estimates Redis's clock minus ours, in µs, once clockKnown:
+	// admissions carry their deadline in Redis time.
+	offset     atomic.Int64
+	clockKnown atomic.Bool
 }
 
 type heldLease struct {
@@ -211,6 +226,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		// EVALSHA falls back to EVAL.
 		_ = sc.Load(ctx, rdb).Err()
 	}
+	if opts.Clock == nil {
+		sent := time.Now()
+		if t, err := rdb.Time(ctx).Result(); err == nil {
+			s.noteClock(sent, time.Now(), t)
+		}
+	}
 	s.done.Add(1)
 	go s.renewLoop()
 	return s, nil
@@ -252,6 +273,26 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.opts.Clock.Now().UnixMicro(), 10)
 }
 
+// noteClock updates the estimate of Redis's clock from a call sent at
+// sent, answered at recv, that read Redis's time redis (taken as read
+// halfway).
+func (s *Store) noteClock(sent, recv, redis time.Time) {
+	mid := sent.Add(recv.Sub(sent) / 2)
+	s.offset.Store(redis.UnixMicro() - mid.UnixMicro())
+	s.clockKnown.Store(true)
+}
+
+// deadlineArg is admit.lua's deadline_us for a call bounded by ctx: its
+// deadline in Redis time, "0" (none) without an estimate of Redis's clock
+// or with Options.Clock.
+func (s *Store) deadlineArg(ctx context.Context) string {
+	dl, ok := ctx.Deadline()
+	if !ok || s.opts.Clock != nil || !s.clockKnown.Load() {
+		return "0"
+	}
+	return strconv.FormatInt(dl.UnixMicro()+s.offset.Load(), 10)
+}
+
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
 func ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
@@ -270,17 +311,18 @@ func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle
 // admit runs admit.lua on scopes; base is the index of scopes[0] in the
 // request, for the answer's Scope.
 func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	keys := make([]string, 0, len(scopes))
-	args := make([]any, 0, 5+8*len(scopes))
-	args = append(args, s.nowArg(), lease, ms(s.opts.LeaseTTL), ms(s.opts.IdleTTL), len(scopes))
+	args := make([]any, 0, 6+8*len(scopes))
+	args = append(args, s.nowArg(), lease, ms(s.opts.LeaseTTL), ms(s.opts.IdleTTL), len(scopes), s.deadlineArg(ctx))
 	for i := range scopes {
 		sc := &scopes[i]
 		keys = append(keys, s.Key(sc.Key))
 		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
 			strconv.FormatFloat(sc.Jitter, 'g', -1, 64), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	sent := time.Now()
 	res, err := admitScript.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
@@ -294,6 +336,9 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		Reason:   reasons[min(max(toInt(res[3]), 0), int64(len(reasons)-1))],
 		Scope:    int(toInt(res[4])) - 1,
 		Learned:  make([]throttle.StoreLearned, len(scopes)),
+	}
+	if s.opts.Clock == nil {
+		s.noteClock(sent, time.Now(), ans.Now)
 	}
 	if at := toInt(res[2]); at > 0 {
 		ans.At = time.UnixMicro(at)

@@ -2,9 +2,14 @@
 -- The same checks, in the same order, as throttle.MemoryStore.Admit.
 --
 -- KEYS: each scope's state hash.
--- ARGV: now_us ('' = Redis TIME), lease, lease_ttl_ms, idle_ttl_ms, n, then
---   per scope: cost, concurrency, delay_us, jitter, slot_delay_us, quota,
---   window_us, version.
+-- ARGV: now_us ('' = Redis TIME), lease, lease_ttl_ms, idle_ttl_ms, n,
+--   deadline_us (0: none), then per scope: cost, concurrency, delay_us,
+--   jitter, slot_delay_us, quota, window_us, version.
+-- An admission run after its deadline (the caller's timeout, in Redis time)
+-- is refused with an error and changes nothing: its caller has stopped
+-- waiting for the reply, so a slot it took would be held by no one until
+-- the lease expired (a Redis that was paused runs the commands queued
+-- meanwhile when it resumes).
 -- Reply: admitted (0/1), now_us, at_us (0: at a release), reason, scope
 --   (1-based, 0: none), then per scope: slot, quota window, version, data
 --   ('' unless newer than the caller's version).
@@ -21,7 +26,7 @@ local function bad(msg) return redis.error_reply('throttle: admit: ' .. msg) end
 local function nonneg(v) return v ~= nil and v == v and v >= 0 and v < 1e300 end
 
 local n = tonumber(ARGV[5])
-if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= n or #ARGV ~= 5 + 8 * n then
+if not n or n < 1 or n ~= math.floor(n) or #KEYS ~= n or #ARGV ~= 6 + 8 * n then
   return bad('malformed arguments')
 end
 local lease = ARGV[2]
@@ -36,10 +41,13 @@ else
   now = tonumber(ARGV[1])
   if not nonneg(now) then return bad('bad time') end
 end
+local deadline = tonumber(ARGV[6])
+if not nonneg(deadline) then return bad('bad deadline') end
+if deadline > 0 and now > deadline then return bad('too late: the caller stopped waiting') end
 
 local sc = {}
 for i = 1, n do
-  local b = 5 + 8 * (i - 1)
+  local b = 6 + 8 * (i - 1)
   local s = { h = KEYS[i] }
   s.cost, s.conc, s.delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   s.jit, s.sd, s.quota = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
@@ -151,7 +159,7 @@ for i = 1, n do
   local s = sc[i]
   local slot, qwin = -1, 0
   if why == 0 then
-    local fields = { 'last', now, 'jit', ARGV[5 + 8 * (i - 1) + 4] }
+    local fields = { 'last', now, 'jit', ARGV[6 + 8 * (i - 1) + 4] }
     if s.sd > 0 then
       slot = freeslot(s)
       if slot < 0 then

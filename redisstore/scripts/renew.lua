@@ -14,7 +14,7 @@ if ARGV[1] == '' then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
   now = tonumber(ARGV[1])
-  if not now or now ~= now or now < 0 then return redis.error_reply('throttle: renew: bad time') end
+  if not now or now ~= now or now < 0 or now >= 1e300 then return redis.error_reply('throttle: renew: bad time') end
 end
 local exp = tonumber(redis.call('HGET', KEYS[1], ARGV[3]))
 if not exp or exp <= now then return 0 end
