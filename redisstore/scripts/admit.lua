@@ -18,7 +18,8 @@
 -- State hash fields: c, d (shared concurrency and delay, written with the
 -- learned state), last, jit (previous start and its jitter), sl (last start
 -- per slot, comma separated), gate, qs, qn, qu (quota window start, number,
--- used), v, ld (learned state version and data), and one field a lease,
+-- used), v, ld (learned state version and data), w (someone waits until
+-- then: releases are published), and one field a lease,
 -- "L:<lease>|<slot>" = its expiry. One key a scope, read with one HGETALL:
 -- each redis.call costs about as much as the command itself.
 
@@ -82,6 +83,7 @@ local function load(s)
     end
   end
   s.live, s.busy, s.expired, s.first = live, busy, expired, first
+  s.exists = #f > 0
   s.conc = tonumber(st.c) or s.conc
   s.delay = tonumber(st.d) or s.delay
   s.last, s.pjit, s.gate = tonumber(st.last), tonumber(st.jit) or 1, tonumber(st.gate) or 0
@@ -152,6 +154,15 @@ end
 local out = { 0, now, 0, why, who }
 if why ~= 0 then
   out[3] = at
+  -- Someone waits on these scopes until about then: release.lua
+  -- publishes only while a 'w' is pending, so a fleet with no waiters
+  -- sends no notification to every worker on every release.
+  local waits = string.format('%d', now + ttl * 1000)
+  for i = 1, n do
+    if sc[i].exists then -- (a new hash would have no expiry)
+      redis.call('HSET', sc[i].h, 'w', waits)
+    end
+  end
 else
   out[1] = 1
 end

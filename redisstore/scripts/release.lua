@@ -8,7 +8,8 @@
 --   learned (0/1), version, data, delay_us, concurrency.
 -- Reply: per conflicting scope: index (1-based), version, data.
 -- A lease that ended publishes the scope key on the channel.
--- The common case, a lease ended with nothing learned, is two calls.
+-- The common case, a lease ended with nothing learned and no one waiting,
+-- is two calls and no notification.
 
 local function bad(msg) return redis.error_reply('throttle: release: ' .. msg) end
 local function num(v) return v ~= nil and v == v and v > -1e300 and v < 1e300 end
@@ -55,7 +56,11 @@ for i = 1, n do
   local ended = false
   if lease ~= '' and redis.call('HDEL', h, 'L:' .. lease .. '|' .. string.format('%d', slot)) == 1 then
     ended = true
-    redis.call('PUBLISH', channel, key)
+    -- Notify only while someone waits (admit.lua sets 'w' on a refusal).
+    local w = tonumber(redis.call('HGET', h, 'w'))
+    if w and w > clock() then
+      redis.call('PUBLISH', channel, key)
+    end
   end
   local quota = win > 0 and (qdelta ~= 0 or qfloor >= 0)
   if gate > 0 or quota or learned == '1' then
