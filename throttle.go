@@ -459,7 +459,9 @@ func (m *ThrottlingManager) acquire2(ctx context.Context, req *http.Request, not
 // TryAcquire never blocks. It returns a Permit if req can start now;
 // otherwise nil and when it could start: Admission.At is the earliest time
 // worth trying again, zero when the request waits for a Release (a slot, a
-// quota correction) or behind callers blocked in Acquire. A crawler with
+// quota correction) or behind callers blocked in Acquire. With a Store, a
+// request waiting for a slot may get a fallback time instead of zero (for
+// redisstore the earliest lease expiry, when a dead worker's slot frees). A crawler with
 // many hosts can keep a ready-time queue with it instead of parking a
 // goroutine per request.
 func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
