@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,4 +242,137 @@ func trimmed(s string) string {
 		return s[:29] + "..."
 	}
 	return s
+}
+
+// allocsPerCall returns the allocations and the bytes f makes per call,
+// averaged over runs calls after a warm-up, on one P as
+// testing.AllocsPerRun does.
+func allocsPerCall(runs int, f func()) (n, bytes float64) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(runs), float64(after.TotalAlloc-before.TotalAlloc) / float64(runs)
+}
+
+// TestHostileRateLimitHeaders: 10,000 parameters or items in one RateLimit
+// field, a 1 MB field value, 10,000 header lines. The parsers stop after
+// 64 items or 64 parameters and ParseServerWait ignores values over
+// 4 KiB, so the work is bounded by those caps, not by what the server
+// sent: measured in bytes looked at and allocations, not wall time.
+func TestHostileRateLimitHeaders(t *testing.T) {
+	const n = 10_000
+	mb := strings.Repeat("a", 1<<20)
+	values := []struct {
+		name, v string
+	}{
+		{"10,000 parameters", `"default";r=0;t=5` + strings.Repeat(";x=1", n)},
+		{"10,000 items", strings.Repeat("a;r=1;t=1, ", n-1) + "a;r=0;t=5"},
+		{"1 MB policy name", `"` + mb + `";r=0;t=5`},
+		{"1 MB parameter", `"default";r=0;t=5;x="` + mb + `"`},
+		{"1 MB escaped name", `"\\` + mb + `";r=0;t=5`},
+	}
+	benign := `"default";r=0;t=5`
+	benignAllocs, benignBytes := allocsPerCall(100, func() { ParseRateLimit(benign) })
+	t.Logf("benign %q: %.0f allocs, %.0f B per ParseRateLimit", benign, benignAllocs, benignBytes)
+	for _, c := range values {
+		// Each 1 MB pass takes a while under the race detector: as few
+		// passes as will do.
+		var items []RateLimitItem
+		var ok bool
+		allocs, bytes := allocsPerCall(1, func() { items, ok = ParseRateLimit(c.v) })
+		looked := len(c.v)
+		if !ok {
+			p := sfParser{s: c.v}
+			p.intList("r", "t")
+			looked = p.i
+		}
+		t.Logf("%-18s (%7d B): ok=%-5v looked at %7d B, %.0f allocs, %.0f B per ParseRateLimit",
+			c.name, len(c.v), ok, looked, allocs, bytes)
+		sw := ParseServerWait(http.Header{"Ratelimit": {c.v}}, time.Now())
+		assert.False(t, sw.Present, "%s: a value over 4 KiB is ignored by ParseServerWait", c.name)
+		if strings.HasPrefix(c.name, "10,000") {
+			assert.False(t, ok, "%s: more than 64 is malformed", c.name)
+			assert.Nil(t, items)
+			assert.Less(t, looked, 1024, "%s: stops after 64", c.name)
+			assert.LessOrEqual(t, allocs, 8.0, c.name)
+			assert.LessOrEqual(t, bytes, 8192.0, c.name)
+			continue
+		}
+		// One item with a 1 MB name or parameter: valid, and read once.
+		require.True(t, ok, c.name)
+		require.Len(t, items, 1)
+		assert.Equal(t, int64(0), items[0].Remaining)
+		assert.Equal(t, 5*time.Second, items[0].Reset)
+		assert.LessOrEqual(t, allocs, benignAllocs+2, c.name)
+		// An escape makes the name a copy: the unescaped bytes, then the
+		// string made of them.
+		assert.LessOrEqual(t, bytes, 2*float64(len(c.v))+64<<10, "%s: at most two copies (and the allocator's rounding)", c.name)
+	}
+	// Delta seconds of a million digits: one pass, nothing allocated.
+	digits := strings.Repeat("9", 1<<20)
+	var d time.Duration
+	var ok bool
+	n1, _ := allocsPerCall(1, func() { d, ok = ParseRetryAfter(digits, time.Now()) })
+	t.Logf("Retry-After of 1 MB of digits: %v, %v; %.0f allocs", d, ok, n1)
+	assert.True(t, ok)
+	assert.Equal(t, MaxServerWait, d)
+	assert.Zero(t, n1)
+
+	// Through a real server and the Transport: a 429 with 10,000
+	// Retry-After lines (the first says 7 s, the others 10 years), 10,000
+	// other header lines and a 1 MB RateLimit value. Only the first
+	// Retry-After counts; the 1 MB value is ignored.
+	synctest.Test(t, func(t *testing.T) {
+		var hostile http.Header
+		srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/hostile" {
+				io.WriteString(w, "ok")
+				return
+			}
+			h := w.Header()
+			ra := make([]string, n)
+			ra[0] = "7"
+			for i := 1; i < n; i++ {
+				ra[i] = "315360000"
+			}
+			h["Retry-After"] = ra
+			for i := range n {
+				h[fmt.Sprintf("X-Junk-%d", i)] = []string{"x"}
+			}
+			h["Ratelimit"] = []string{`"burst";r=0;t=300` + strings.Repeat(";x=1", (1<<20)/4)}
+			w.WriteHeader(http.StatusTooManyRequests)
+		}))
+		defer srv.Close()
+		m := newManager(t, plainConfig())
+		client := &http.Client{Transport: m.Transport(srv.tr)}
+		resp := getBody(t, client, "http://many.test/hostile")
+		hostile = resp.Header
+		require.Len(t, hostile["Retry-After"], n, "all the lines arrived")
+		require.Greater(t, len(hostile.Get("Ratelimit")), 1<<20)
+		t0 := time.Now()
+		getBody(t, client, "http://many.test/next")
+		waited := time.Since(t0)
+		t.Logf("%d header lines, %d B of header on the wire: next request admitted after %v",
+			len(hostile), srv.read.Load(), waited)
+		assert.Equal(t, 7*time.Second, waited, "the first Retry-After, not the 1 MB RateLimit")
+
+		now := time.Now()
+		small := &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"7"}}}
+		big := &http.Response{StatusCode: 429, Header: hostile}
+		benign := testing.AllocsPerRun(100, func() { DefaultFeedback(now, small, nil) })
+		allocs := testing.AllocsPerRun(100, func() { DefaultFeedback(now, big, nil) })
+		_, benignB := allocsPerCall(100, func() { DefaultFeedback(now, small, nil) })
+		_, bytes := allocsPerCall(100, func() { DefaultFeedback(now, big, nil) })
+		fb := DefaultFeedback(now, big, nil)
+		t.Logf("DefaultFeedback on that header: wait %v, %.0f allocs, %.0f B (on Retry-After: 7 alone: %.0f allocs, %.0f B)",
+			fb.Wait, allocs, bytes, benign, benignB)
+		assert.Equal(t, 7*time.Second, fb.Wait)
+		assert.Equal(t, benign, allocs, "no more work than a one-line header")
+		assert.LessOrEqual(t, bytes, benignB+64)
+	})
 }
