@@ -376,3 +376,128 @@ func TestHostileRateLimitHeaders(t *testing.T) {
 		assert.LessOrEqual(t, bytes, benignB+64)
 	})
 }
+
+// TestHostileRobotsHuge: a server streams a 100 MB robots.txt (a
+// Crawl-delay in its first lines, a Disallow after 1 MB). The fetch reads
+// at most MaxRobotsSize of it and closes the connection; the first 500 KiB
+// count and the host is throttled by their Crawl-delay.
+func TestHostileRobotsHuge(t *testing.T) {
+	const size = 100 << 20
+	synctest.Test(t, func(t *testing.T) {
+		var body atomic.Int64 // robots.txt bytes the handler got written
+		srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/robots.txt" {
+				io.WriteString(w, "page")
+				return
+			}
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			line := strings.Repeat("#", 1023) + "\n"
+			for body.Load() < size {
+				s := line
+				switch {
+				case body.Load() == 0:
+					s = "User-agent: *\nCrawl-delay: 2\n" + line[len("User-agent: *\nCrawl-delay: 2\n"):]
+				case body.Load() == 1<<20:
+					s = "Disallow: /late\n" + line[len("Disallow: /late\n"):]
+				}
+				n, err := io.WriteString(w, s)
+				body.Add(int64(n))
+				if err != nil {
+					return // the client hung up
+				}
+			}
+		}))
+		defer srv.Close()
+		m := robotsManager(t, func(c *Config) {
+			c.Default.Delay, c.Default.Concurrency = 0, 1
+		})
+		client := &http.Client{Transport: m.Transport(srv.tr)}
+		t0 := time.Now()
+		var starts []time.Duration
+		for range 3 {
+			getBody(t, client, "http://huge.test/page")
+			starts = append(starts, time.Since(t0))
+		}
+		synctest.Wait() // the handler returns once its write fails
+		wire := srv.read.Load()
+		r, err := m.RobotsFor(context.Background(), get(t, "http://huge.test/"))
+		require.NoError(t, err)
+		d, why, conc := m.scopeDelay(t, "huge.test")
+		t.Logf("robots.txt of %d MB: the server wrote %d B of it, the client read %d B off the wire in all (MaxRobotsSize %d); Crawl-delay %v (%v, concurrency %d); pages started at %v",
+			size>>20, body.Load(), wire, MaxRobotsSize, d, why, conc, starts)
+		assert.LessOrEqual(t, body.Load(), int64(MaxRobotsSize+64<<10), "the server could write little past the cap")
+		assert.LessOrEqual(t, wire, int64(MaxRobotsSize+64<<10), "read at most the cap and a buffer")
+		assert.Equal(t, 2*time.Second, d, "the Crawl-delay in the first 500 KiB counts")
+		assert.Equal(t, ReasonRobots, why)
+		assert.Equal(t, 1, conc)
+		assert.True(t, r.Allowed("", "/late"), "nothing past the cap is read")
+		// robots.txt was a request in the scope: pages 2 s after it and
+		// after each other.
+		assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second}, starts)
+	})
+}
+
+// TestHostileRobotsNeverEnds: a robots.txt that never ends, either
+// trickling a line a second forever after its headers or never answering
+// at all. The fetch gives up at FetchTimeout (10 s, in fake time); the
+// host's requests go on without rules, as RobotsConfig documents: a
+// timeout is a failure, retried after a minute, and (like any timeout) a
+// backoff signal for the host.
+func TestHostileRobotsNeverEnds(t *testing.T) {
+	for _, mode := range []string{"trickle", "silent"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var body atomic.Int64
+				srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/robots.txt" {
+						io.WriteString(w, "page")
+						return
+					}
+					if mode == "silent" {
+						<-r.Context().Done() // holds the connection, says nothing
+						return
+					}
+					io.WriteString(w, "User-agent: *\nCrawl-delay: 5\n")
+					for {
+						w.(http.Flusher).Flush()
+						select {
+						case <-r.Context().Done():
+							return
+						case <-time.After(time.Second):
+						}
+						n, err := io.WriteString(w, "# still going\n")
+						body.Add(int64(n))
+						if err != nil {
+							return
+						}
+					}
+				}))
+				defer srv.Close()
+				m := robotsManager(t, func(c *Config) { c.Default = plainConfig().Default }) // 1 s, 1 slot
+				timeout := m.cfg.Robots.FetchTimeout
+				require.Equal(t, 10*time.Second, timeout, "the default")
+				client := &http.Client{Transport: m.Transport(srv.tr)}
+				t0 := time.Now()
+				getBody(t, client, "http://endless.test/page")
+				first := time.Since(t0)
+				getBody(t, client, "http://endless.test/other")
+				second := time.Since(t0)
+				r, err := m.RobotsFor(context.Background(), get(t, "http://endless.test/"))
+				require.NoError(t, err)
+				d, why, _ := m.scopeDelay(t, "endless.test")
+				t.Logf("%s robots.txt: first page after %v (FetchTimeout %v), second after %v; %d B trickled; rules: %v; delay %v (%v)",
+					mode, first, timeout, second, body.Load(), r, d, why)
+				assert.Equal(t, timeout, first, "the fetch ends at FetchTimeout")
+				assert.Nil(t, r, "no rules: everything allowed")
+				assert.NotEqual(t, ReasonRobots, why, "the Crawl-delay of an unfinished file does not count")
+				assert.Equal(t, ReasonBackoff, why, "the timeout is a backoff signal")
+				assert.LessOrEqual(t, second-first, d+d/10, "then throttled as any host in backoff")
+				m.robots.mu.RLock()
+				e := m.robots.origins[origin{host: "endless.test"}]
+				retry := e.expires.Sub(t0)
+				m.robots.mu.RUnlock()
+				assert.Equal(t, timeout+robotsFailureRetry, retry, "retried a minute after the failure")
+			})
+		})
+	}
+}
