@@ -501,3 +501,32 @@ func TestHostileRobotsNeverEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileLinkFarmRobots: TestMemoryLinkFarm (memory_test.go) shows a
+// million hosts held to MaxScopes in scopes. With robots.txt on, each
+// origin also has an entry in the robots.txt cache, which is bounded by
+// Robots.MaxOrigins (100,000), not by MaxScopes, and a farm's robots.txt
+// can be MaxRobotsSize of the shortest rules. This measures what one such
+// file keeps on the heap once parsed, and so the cache's worst case.
+func TestHostileLinkFarmRobots(t *testing.T) {
+	worst := 0.0
+	for _, line := range []string{"Allow:/\n", "Disallow:/a\n", "Disallow: /" + strings.Repeat("x", 100) + "\n"} {
+		b := []byte("User-agent: *\n" + strings.Repeat(line, MaxRobotsSize/len(line)+1))
+		const files = 4
+		before := liveHeap()
+		rs := make([]*Robots, files)
+		for i := range rs {
+			rs[i] = ParseRobotsBytes(b)
+		}
+		per := float64(int64(liveHeap())-int64(before)) / files
+		runtime.KeepAlive(rs)
+		rules := len(rs[0].groups[0].rules)
+		t.Logf("robots.txt of %d B of %q: %d rules, %.0f B of live heap per parsed file (%.1f B per rule)",
+			len(b), line, rules, per, per/float64(rules))
+		worst = max(worst, per)
+	}
+	origins := DefaultRobotsConfig().MaxOrigins
+	t.Logf("worst case of the robots.txt cache: %d origins (Robots.MaxOrigins) x %.1f MB = %.0f GB",
+		origins, worst/1e6, float64(origins)*worst/1e9)
+	assert.LessOrEqual(t, worst, float64(4<<20), "a parsed robots.txt keeps at most 4 MiB")
+}
