@@ -530,3 +530,101 @@ func TestHostileLinkFarmRobots(t *testing.T) {
 		origins, worst/1e6, float64(origins)*worst/1e9)
 	assert.LessOrEqual(t, worst, float64(4<<20), "a parsed robots.txt keeps at most 4 MiB")
 }
+
+// TestHostileBodyNeverEnds: through the Transport, a server sends its
+// headers and then trickles the body, a few bytes every 10 s, forever. The
+// permit's slot stays held for as long as the caller keeps the body: an
+// hour here, in fake time. It is free again the moment the caller gives
+// up, by closing the body ("close") or by cancelling the request's context
+// while it reads ("cancel": the Read fails). A caller that cancels while
+// not reading ("cancel, idle") keeps the slot until its next Read or its
+// Close, as the Transport documents.
+func TestHostileBodyNeverEnds(t *testing.T) {
+	for _, giveUp := range []string{"close", "cancel", "cancel, idle"} {
+		t.Run(giveUp, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var body atomic.Int64
+				srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/endless" {
+						io.WriteString(w, "ok")
+						return
+					}
+					for {
+						w.(http.Flusher).Flush()
+						select {
+						case <-r.Context().Done():
+							return
+						case <-time.After(10 * time.Second):
+						}
+						n, err := io.WriteString(w, "more ")
+						body.Add(int64(n))
+						if err != nil {
+							return
+						}
+					}
+				}))
+				defer srv.Close()
+				cfg := plainConfig()
+				cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+				m := newManager(t, cfg)
+				client := &http.Client{Transport: m.Transport(srv.tr)}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://slow.test/endless", nil)
+				require.NoError(t, err)
+				resp, err := client.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				t0 := time.Now()
+				read := make(chan error, 1)
+				if giveUp != "cancel, idle" {
+					go func() {
+						_, err := io.Copy(io.Discard, resp.Body)
+						read <- err
+					}()
+				}
+				held := func() (scope, global int) { return m.inFlight(t, "slow.test"), m.Stats().InFlight }
+
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				scope, global := held()
+				p, adm, err := m.TryAcquire(get(t, "http://slow.test/next"))
+				require.NoError(t, err)
+				require.Nil(t, p)
+				assert.Equal(t, 1, scope, "the slot is held while the body goes on")
+				assert.Equal(t, 1, global, "and the global one")
+				assert.Equal(t, ReasonConcurrency, adm.Reason)
+
+				switch giveUp {
+				case "close":
+					resp.Body.Close()
+				case "cancel":
+					cancel()
+				case "cancel, idle":
+					cancel()
+					time.Sleep(time.Minute)
+					synctest.Wait()
+					scope, global = held()
+					t.Logf("%s: a minute after the cancel, not reading: %d in flight (scope), %d (global)", giveUp, scope, global)
+					assert.Equal(t, 1, scope, "held until the body is read or closed")
+					resp.Body.Close()
+				}
+				synctest.Wait()
+				heldFor := time.Since(t0)
+				scope, global = held()
+				t.Logf("%s: slot held %v while %d B trickled in; then %d in flight (scope), %d (global)",
+					giveUp, heldFor, body.Load(), scope, global)
+				if giveUp != "cancel, idle" {
+					err := <-read
+					t.Logf("%s: the reader got %v", giveUp, err)
+					assert.Error(t, err, "the reader is stopped")
+				}
+				assert.Equal(t, 0, scope, "the slot is free")
+				assert.Equal(t, 0, global)
+				t1 := time.Now()
+				getBody(t, client, "http://slow.test/next")
+				assert.Equal(t, t1, time.Now(), "the next request is admitted at once")
+			})
+		})
+	}
+}

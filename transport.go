@@ -29,7 +29,14 @@ import (
 // response delays the hop to its Location (RFC 9110 10.2.3), capped at the
 // default scope's Backoff.RedirectMaxDelay.
 //
-// A caller that never closes a response body keeps the permit's slots.
+// A body that never ends (a server that sends its headers, then trickles
+// the body or stalls) holds the permit's slots for as long as the caller
+// keeps it open. The slots are freed when the caller closes the body, or
+// when a Read on it fails: cancelling the request's context, its deadline
+// or http.Client.Timeout makes a Read in progress fail at once. A caller
+// that cancels while not reading frees the slots at its next Read or at
+// Close. A caller that never closes a response body keeps the permit's
+// slots.
 type Transport struct {
 	m    *ThrottlingManager
 	base http.RoundTripper
