@@ -526,8 +526,9 @@ func TestHostileLinkFarmRobots(t *testing.T) {
 		worst = max(worst, per)
 	}
 	origins := DefaultRobotsConfig().MaxOrigins
-	t.Logf("worst case of the robots.txt cache: %d origins (Robots.MaxOrigins) x %.1f MB = %.0f GB",
-		origins, worst/1e6, float64(origins)*worst/1e9)
+	t.Logf("without a byte budget the robots.txt cache could reach %d origins (Robots.MaxOrigins) x %.1f MB = %.0f GB; "+
+		"Robots.MaxBytes (default %d MiB) bounds it: TestHostileLinkFarmRobotsBudget",
+		origins, worst/1e6, float64(origins)*worst/1e9, DefaultRobotsConfig().MaxBytes>>20)
 	assert.LessOrEqual(t, worst, float64(4<<20), "a parsed robots.txt keeps at most 4 MiB")
 }
 
@@ -627,4 +628,41 @@ func TestHostileBodyNeverEnds(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHostileLinkFarmRobotsBudget: a link farm whose every host serves a
+// 500 KiB robots.txt of rules: Robots.MaxBytes bounds what the cache keeps,
+// oldest origins dropped first, whatever MaxOrigins allows.
+func TestHostileLinkFarmRobotsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		body := "User-agent: *\nCrawl-delay: 1\n" + strings.Repeat("Disallow: /"+strings.Repeat("x", 40)+"\n", MaxRobotsSize/52)
+		srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/robots.txt" {
+				io.WriteString(w, body)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		defer srv.Close()
+		const budget = 8 << 20
+		m := robotsManager(t, func(c *Config) { c.Robots.MaxBytes = budget })
+		client := &http.Client{Transport: m.Transport(srv.tr)}
+		before := liveHeap()
+		peak := int64(0)
+		for i := range 40 {
+			getBody(t, client, fmt.Sprintf("http://farm%d.test/page", i))
+			m.robots.mu.RLock()
+			peak = max(peak, m.robots.bytes)
+			m.robots.mu.RUnlock()
+		}
+		grown := int64(liveHeap()) - int64(before)
+		m.robots.mu.RLock()
+		n := len(m.robots.origins)
+		m.robots.mu.RUnlock()
+		t.Logf("40 origins with %d B robots.txt files: %d cached, %.1f MB estimated at most (budget %d MB), live heap +%.1f MB",
+			len(body), n, float64(peak)/1e6, budget>>20, float64(grown)/1e6)
+		require.LessOrEqual(t, peak, int64(budget))
+		require.Less(t, n, 40)
+		require.Less(t, grown, int64(2*budget), "the estimate keeps the real heap near the budget")
+	})
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"unsafe"
 	"bytes"
 	"errors"
 	"fmt"
@@ -35,6 +36,25 @@ type Robots struct {
 	groups  []group
 	byAgent map[string][]int // lower-cased product token -> group indices
 	star    []int            // indices of the groups listing "*"
+}
+
+// heapSize estimates the bytes r keeps alive, for the cache's budget:
+// each rule's struct and pattern, each group, each agent key.
+func (r *Robots) heapSize() int64 {
+	if r == nil {
+		return 0
+	}
+	n := int64(64)
+	for i := range r.groups {
+		n += 64 + int64(len(r.groups[i].rules))*int64(unsafe.Sizeof(rule{}))
+		for j := range r.groups[i].rules {
+			n += int64(len(r.groups[i].rules[j].pattern))
+		}
+	}
+	for k, v := range r.byAgent {
+		n += 48 + int64(len(k)) + 8*int64(len(v))
+	}
+	return n + 8*int64(len(r.star))
 }
 
 // group is one user-agent group: the rules and delays that follow a run of

@@ -53,11 +53,17 @@ type RobotsConfig struct {
 	// MaxOrigins bounds the cache; beyond it, expired entries and then the
 	// oldest are dropped. Default 100000.
 	MaxOrigins int
+	// MaxBytes bounds the memory the cached rules take (estimated): a
+	// link farm serving 500 KiB files of rules would otherwise hold about
+	// 2.8 MB per origin. Beyond it the oldest entries are dropped (and
+	// fetched again when their host is met again). Default 256 MiB; zero
+	// means no bound.
+	MaxBytes int64
 }
 
 // DefaultRobotsConfig returns the robots.txt defaults.
 func DefaultRobotsConfig() RobotsConfig {
-	return RobotsConfig{Enabled: true, MaxDelay: time.Minute, TTL: 24 * time.Hour, FetchTimeout: 10 * time.Second, MaxOrigins: 100000}
+	return RobotsConfig{Enabled: true, MaxDelay: time.Minute, TTL: 24 * time.Hour, FetchTimeout: 10 * time.Second, MaxOrigins: 100000, MaxBytes: 256 << 20}
 }
 
 func (c RobotsConfig) validate() error {
@@ -74,6 +80,9 @@ func (c RobotsConfig) validate() error {
 	}
 	if c.MaxOrigins < 0 {
 		return &ConfigError{"Robots.MaxOrigins", "must be >= 0"}
+	}
+	if c.MaxBytes < 0 {
+		return &ConfigError{"Robots.MaxBytes", "must be >= 0"}
 	}
 	return nil
 }
@@ -94,6 +103,7 @@ type robotsCache struct {
 	client *http.Client
 
 	mu      sync.RWMutex
+	bytes   int64 // the cached rules' estimated size
 	origins map[origin]*robotsEntry
 	hosts   map[string]time.Duration
 	warned  map[string]bool
@@ -106,6 +116,7 @@ type robotsEntry struct {
 	expires  time.Time
 	failures int
 	added    time.Time
+	size     int64 // robots.heapSize(), counted in robotsCache.bytes
 }
 
 func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
@@ -208,6 +219,10 @@ func (c *robotsCache) fetch(ctx context.Context, req *http.Request, key origin, 
 	if ok {
 		e.robots, e.failures = robots, 0
 		e.expires = now.Add(c.cfg.TTL)
+		c.bytes -= e.size
+		e.size = robots.heapSize()
+		c.bytes += e.size
+		c.trimLocked(key)
 	} else {
 		e.failures++
 		retry := robotsFailureRetry << min(e.failures-1, 20)
@@ -345,6 +360,30 @@ func (c *robotsCache) apply(s *scope, d time.Duration, cfg *ScopeConfig) (warn f
 	}
 }
 
+func (c *robotsCache) dropLocked(k origin, e *robotsEntry) {
+	delete(c.origins, k)
+	c.bytes -= e.size
+}
+
+// trimLocked keeps the cached rules within MaxBytes, dropping the oldest
+// ready entries other than keep (the one just fetched, which its caller
+// is about to use).
+func (c *robotsCache) trimLocked(keep origin) {
+	for c.cfg.MaxBytes > 0 && c.bytes > c.cfg.MaxBytes {
+		var oldestKey origin
+		var oldest *robotsEntry
+		for k, e := range c.origins {
+			if e.ready && k != keep && e.size > 0 && (oldest == nil || e.added.Before(oldest.added)) {
+				oldestKey, oldest = k, e
+			}
+		}
+		if oldest == nil {
+			return // only keep is left: one file over the budget is allowed
+		}
+		c.dropLocked(oldestKey, oldest)
+	}
+}
+
 // evictLocked keeps the cache within MaxOrigins: expired entries first,
 // then the oldest.
 func (c *robotsCache) evictLocked(now time.Time) {
@@ -359,7 +398,7 @@ func (c *robotsCache) evictLocked(now time.Time) {
 			continue
 		}
 		if !now.Before(e.expires) {
-			delete(c.origins, k)
+			c.dropLocked(k, e)
 			continue
 		}
 		if !found || e.added.Before(oldest) {
@@ -367,7 +406,7 @@ func (c *robotsCache) evictLocked(now time.Time) {
 		}
 	}
 	if len(c.origins) >= c.cfg.MaxOrigins && found {
-		delete(c.origins, oldestKey)
+		c.dropLocked(oldestKey, c.origins[oldestKey])
 	}
 	if len(c.hosts) > c.cfg.MaxOrigins {
 		for h := range c.hosts {
