@@ -440,9 +440,10 @@ func TestHostileRobotsHuge(t *testing.T) {
 // TestHostileRobotsNeverEnds: a robots.txt that never ends, either
 // trickling a line a second forever after its headers or never answering
 // at all. The fetch gives up at FetchTimeout (10 s, in fake time); the
-// host's requests go on without rules, as RobotsConfig documents: a
-// timeout is a failure, retried after a minute, and (like any timeout) a
-// backoff signal for the host.
+// throttle goes on without a Crawl-delay, while RobotsFor answers
+// "disallow everything" (RFC 9309: unreachable means complete disallow) for
+// crawlers that check Allowed: a timeout is a failure, retried after a
+// minute, and (like any timeout) a backoff signal for the host.
 func TestHostileRobotsNeverEnds(t *testing.T) {
 	for _, mode := range []string{"trickle", "silent"} {
 		t.Run(mode, func(t *testing.T) {
@@ -488,7 +489,7 @@ func TestHostileRobotsNeverEnds(t *testing.T) {
 				t.Logf("%s robots.txt: first page after %v (FetchTimeout %v), second after %v; %d B trickled; rules: %v; delay %v (%v)",
 					mode, first, timeout, second, body.Load(), r, d, why)
 				assert.Equal(t, timeout, first, "the fetch ends at FetchTimeout")
-				assert.Nil(t, r, "no rules: everything allowed")
+				assert.False(t, r.Allowed("anybot", "/page"), "unreachable: complete disallow for Allowed checks (RFC 9309 2.3.1.4)")
 				assert.NotEqual(t, ReasonRobots, why, "the Crawl-delay of an unfinished file does not count")
 				assert.Equal(t, ReasonBackoff, why, "the timeout is a backoff signal")
 				assert.LessOrEqual(t, second-first, d+d/10, "then throttled as any host in backoff")

@@ -114,7 +114,7 @@ type robotsEntry struct {
 	ready    bool          // a fetch has ended
 	robots   *Robots       // nil: no rules
 	expires  time.Time
-	failures int
+	failures int // fetches failed since the last success (5xx, network errors)
 	added    time.Time
 	size     int64 // robots.heapSize(), counted in robotsCache.bytes
 }
@@ -421,8 +421,12 @@ func (c *robotsCache) evictLocked(now time.Time) {
 // RobotsFor returns the robots.txt of req's origin, fetching it first if
 // it isn't cached (waiting at most Robots.FetchTimeout), so a crawler can
 // check Allowed before it queues a URL, and TryAcquire users can fetch it
-// when they first meet a host. A nil *Robots allows everything. It returns
-// an error only when robots.txt handling is off or req has no URL.
+// when they first meet a host. A nil *Robots allows everything: no
+// robots.txt (4xx). One that could not be fetched (5xx, network error, a
+// timeout) and has no earlier copy disallows everything, as RFC 9309
+// requires, until a fetch succeeds (retried after a minute, then doubling).
+// It returns an error only when robots.txt handling is off or req has no
+// URL.
 func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*Robots, error) {
 	if m.robots == nil {
 		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")
@@ -438,7 +442,16 @@ func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*
 	m.robots.mu.RLock()
 	defer m.robots.mu.RUnlock()
 	if e := m.robots.origins[key]; e != nil && e.ready {
+		if e.failures > 0 && e.robots == nil {
+			// RFC 9309 2.3.1.4: unreachable (a server or network error)
+			// means the crawler MUST assume complete disallow; with a
+			// copy from an earlier fetch, that copy is used.
+			return disallowAll, nil
+		}
 		return e.robots, nil
 	}
 	return nil, nil
 }
+
+// disallowAll is the answer for an origin whose robots.txt is unreachable.
+var disallowAll = ParseRobotsBytes([]byte("User-agent: *\nDisallow: /\n"))

@@ -232,12 +232,18 @@ func TestRobotsFailuresAndRetries(t *testing.T) {
 		left, failures = expiry()
 		assert.Equal(t, 2, failures)
 		assert.InDelta(t, float64(2*time.Minute), float64(left), float64(5*time.Second), "then after two")
+		r, err := m5.RobotsFor(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		assert.False(t, r.Allowed("anybot", "/page"), "unreachable: complete disallow (RFC 9309 2.3.1.4)")
 		site5.robotsStatus = 200
 		time.Sleep(left)
 		fetchPage(t, client5, "http://a.example/", "")
 		assert.Equal(t, int32(3), site5.fetches.Load())
 		d, why, _ = m5.scopeDelay(t, "a.example")
 		assert.Equal(t, 5*time.Second, d, "rules once the server answers")
+		r, err = m5.RobotsFor(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		assert.True(t, r.Allowed("anybot", "/page"), "its rules once it answers")
 		assert.Equal(t, ReasonRobots, why)
 		// Cached for TTL, then fetched again.
 		left, _ = expiry()
