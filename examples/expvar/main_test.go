@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The crawl takes seconds, and expvar variables live for the process:
+// the tests share one run.
+var (
+	once   sync.Once
+	shared result
+	mon    *httptest.Server
+	output string
+	runErr error
+)
+
+func runOnce(t *testing.T) result {
+	t.Helper()
+	once.Do(func() {
+		mux := http.NewServeMux()
+		mon = httptest.NewServer(mux)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out strings.Builder
+		shared, runErr = run(ctx, &out, mux)
+		output = out.String()
+		t.Log("\n" + output)
+	})
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	return shared
+}
+
+func TestMain(m *testing.M) {
+	m.Run()
+	if mon != nil {
+		mon.Close()
+	}
+}
+
+func getBody(t *testing.T, path string) []byte {
+	t.Helper()
+	resp, err := http.Get(mon.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
+	}
+	return b
+}
+
+// vars is the "throttle" variable as /debug/vars serves it.
+type vars struct {
+	Requests       map[string]int64     `json:"requests"`
+	BackoffSignals map[string]int64     `json:"backoff_signals"`
+	DelayMS        map[string]float64   `json:"delay_ms"`
+	Concurrency    map[string]int64     `json:"concurrency"`
+	Gates          map[string]int64     `json:"gates"`
+	GateUntil      map[string]time.Time `json:"gate_until"`
+	Admitted       int64                `json:"admitted"`
+	WaitedMS       float64              `json:"waited_ms_total"`
+	Waiting        int                  `json:"waiting"`
+}
+
+func scrapeVars(t *testing.T) vars {
+	t.Helper()
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(getBody(t, "/debug/vars"), &all); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all["memstats"]; !ok {
+		t.Error("/debug/vars lacks the standard memstats")
+	}
+	var v vars
+	if err := json.Unmarshal(all["throttle"], &v); err != nil {
+		t.Fatalf("throttle var: %v\n%s", err, all["throttle"])
+	}
+	return v
+}
+
+// TestCountersMatchTheServer: the hooks counted every answer the server
+// gave, by status class, and every backoff signal, by scope.
+func TestCountersMatchTheServer(t *testing.T) {
+	res := runOnce(t)
+	v := scrapeVars(t)
+	want := map[string]int64{}
+	var total int64
+	for _, statuses := range res.Statuses {
+		for status, n := range statuses {
+			want[class(status, nil)] += int64(n)
+			total += int64(n)
+		}
+	}
+	for c, n := range want {
+		if v.Requests[c] != n {
+			t.Errorf("requests[%s] = %d, the server answered %d", c, v.Requests[c], n)
+		}
+	}
+	if len(v.Requests) != len(want) {
+		t.Errorf("requests = %v, want classes %v", v.Requests, want)
+	}
+	if v.Admitted != total {
+		t.Errorf("admitted = %d, the server saw %d", v.Admitted, total)
+	}
+	if v.WaitedMS <= 0 {
+		t.Errorf("waited_ms_total = %v: callers queued at once must have waited", v.WaitedMS)
+	}
+	wantSignals := map[string]int64{"busy.example": 2, "flaky.example": 2}
+	if len(v.BackoffSignals) != len(wantSignals) {
+		t.Errorf("backoff_signals = %v, want %v", v.BackoffSignals, wantSignals)
+	}
+	for h, n := range wantSignals {
+		if v.BackoffSignals[h] != n {
+			t.Errorf("backoff_signals[%s] = %d, want %d", h, v.BackoffSignals[h], n)
+		}
+	}
+	if v.Waiting != 0 {
+		t.Errorf("waiting = %d after the crawl", v.Waiting)
+	}
+}
+
+// TestDelayAndGates: DelayChanged left each backed-off scope's raised
+// delay; GateSet counted busy.example's two Retry-After answers.
+func TestDelayAndGates(t *testing.T) {
+	runOnce(t)
+	v := scrapeVars(t)
+	for _, h := range []string{"busy.example", "flaky.example"} {
+		if d, ok := v.DelayMS[h]; !ok || d <= float64(delay/time.Millisecond) {
+			t.Errorf("delay_ms[%s] = %v (present %v), want above the configured %v", h, d, ok, delay)
+		}
+		if v.Concurrency[h] != 1 {
+			t.Errorf("concurrency[%s] = %d, want 1", h, v.Concurrency[h])
+		}
+	}
+	for _, h := range []string{"shop.example", "news.example"} {
+		if d, ok := v.DelayMS[h]; ok {
+			t.Errorf("delay_ms[%s] = %v: its delay never changed", h, d)
+		}
+	}
+	if v.Gates["busy.example"] != 2 || len(v.Gates) != 1 {
+		t.Errorf("gates = %v, want busy.example: 2", v.Gates)
+	}
+	if v.GateUntil["busy.example"].IsZero() {
+		t.Errorf("gate_until = %v", v.GateUntil)
+	}
+}
+
+// TestStatusPage: the same mux serves the manager's status page.
+func TestStatusPage(t *testing.T) {
+	res := runOnce(t)
+	var doc struct {
+		Totals struct {
+			Requests int `json:"requests"`
+		} `json:"totals"`
+		TopBackoff []struct {
+			Key string `json:"key"`
+		} `json:"top_backoff"`
+	}
+	if err := json.Unmarshal(getBody(t, "/status?format=json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, statuses := range res.Statuses {
+		for _, n := range statuses {
+			total += n
+		}
+	}
+	if doc.Totals.Requests != total {
+		t.Errorf("status totals.requests = %d, want %d", doc.Totals.Requests, total)
+	}
+	var keys []string
+	for _, s := range doc.TopBackoff {
+		keys = append(keys, s.Key)
+	}
+	if strings.Join(keys, " ") != "busy.example flaky.example" && strings.Join(keys, " ") != "flaky.example busy.example" {
+		t.Errorf("scopes in backoff: %v, want busy.example and flaky.example", keys)
+	}
+	if page := string(getBody(t, "/status")); !strings.Contains(page, `<td class="key">busy.example</td>`) {
+		t.Errorf("status page lacks busy.example:\n%s", page)
+	}
+}
+
+// TestLabelsAreBounded: a host outside the known set shares "other".
+func TestLabelsAreBounded(t *testing.T) {
+	if got := label("x1234.linkfarm.example"); got != "other" {
+		t.Errorf("label = %q, want other", got)
+	}
+	if got := label("shop.example"); got != "shop.example" {
+		t.Errorf("label = %q", got)
+	}
+}
