@@ -1,0 +1,374 @@
+// Command prometheus feeds Prometheus metrics from throttle's Hooks while
+// a crawl runs, and serves them on /metrics (with the manager's status
+// page on /status).
+//
+// Three known sites and a link farm are crawled through a
+// throttle.Transport:
+//
+//	shop.example            always 200
+//	busy.example            429 with Retry-After: 1 on its 5th and 8th request
+//	flaky.example           503 on its 6th and 7th request
+//	f000..f029.farm.example one page each: 30 hosts met once
+//
+// The metrics (in their own registry):
+//
+//	throttle_requests_total{scope,class}    released permits by status class (Released)
+//	throttle_backoff_signals_total{scope}   backoff signals (Backoff)
+//	throttle_gates_total{scope}             server-given waits (GateSet)
+//	throttle_delay_seconds{scope}           current delay (DelayChanged), known scopes only
+//	throttle_concurrency{scope}             current concurrency (DelayChanged), known scopes only
+//	throttle_wait_seconds                   histogram of the time Acquire waited (Admitted)
+//	throttle_waiting                        callers waiting now
+//
+// The scope label is bounded: a known host keeps its name, every other
+// scope is "other", so the farm's 30 hosts (or a million) make no new
+// series.
+//
+// Run it from examples/ext (about 5 s):
+//
+//	go run ./prometheus
+//	go run ./prometheus -addr 127.0.0.1:9100 -wait   # then scrape /metrics
+//
+// Everything listens on 127.0.0.1; nothing leaves the machine.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/crawlerkit/throttle"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// known are the hosts that get their own scope label.
+var known = []string{"shop.example", "busy.example", "flaky.example"}
+
+// farmHosts is how many link-farm hosts the crawl meets.
+const farmHosts = 30
+
+// pagesPerHost is how many pages of each known site the crawl fetches.
+const pagesPerHost = 10
+
+// delay is every scope's configured Delay (jitter off).
+const delay = 200 * time.Millisecond
+
+// otherScope is the label of every scope not in the known set.
+const otherScope = "other"
+
+// scopeLabels maps scope keys to bounded label values. Label values are
+// series: one per host of a link farm would grow the registry, and the
+// TSDB behind it, without end. Keep names for a known set (the sites
+// you configure, or the top N by traffic recomputed now and then from
+// ThrottlingManager.Stats) and fold the rest into "other".
+type scopeLabels map[string]bool
+
+func newScopeLabels(keys ...string) scopeLabels {
+	l := scopeLabels{}
+	for _, k := range keys {
+		l[k] = true
+	}
+	return l
+}
+
+// label returns scope, or "other" for a scope outside the set.
+func (l scopeLabels) label(scope string) string {
+	if l[scope] {
+		return scope
+	}
+	return otherScope
+}
+
+// metrics are the collectors the hooks feed.
+type metrics struct {
+	labels      scopeLabels
+	requests    *prometheus.CounterVec
+	signals     *prometheus.CounterVec
+	gates       *prometheus.CounterVec
+	delay       *prometheus.GaugeVec
+	concurrency *prometheus.GaugeVec
+	wait        prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, labels scopeLabels) *metrics {
+	x := &metrics{
+		labels: labels,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_requests_total",
+			Help: "Released permits by scope and status class (2xx, 4xx, ..., errors).",
+		}, []string{"scope", "class"}),
+		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_backoff_signals_total",
+			Help: "Responses that were backoff signals (429, 503, timeouts ...), by scope.",
+		}, []string{"scope"}),
+		gates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_gates_total",
+			Help: "Server-given waits (Retry-After, RateLimit headers) that gated a scope.",
+		}, []string{"scope"}),
+		delay: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "throttle_delay_seconds",
+			Help: "A known scope's current delay between request starts, set when it changes.",
+		}, []string{"scope"}),
+		concurrency: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "throttle_concurrency",
+			Help: "A known scope's current concurrency, set when it changes.",
+		}, []string{"scope"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "throttle_wait_seconds",
+			Help:    "How long Acquire waited for a permit.",
+			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}),
+	}
+	reg.MustRegister(x.requests, x.signals, x.gates, x.delay, x.concurrency, x.wait)
+	return x
+}
+
+// class is a status's class label.
+func class(status int, err error) string {
+	if err != nil || status < 100 || status > 599 {
+		return "errors"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// hooks feed the metrics. They run on the goroutine of the Acquire or
+// Release, without the manager's locks; the client's collectors are
+// atomic.
+func (x *metrics) hooks() throttle.Hooks {
+	return throttle.Hooks{
+		Admitted: func(e throttle.AdmittedEvent) {
+			x.wait.Observe(e.Waited.Seconds())
+		},
+		Released: func(e throttle.ReleasedEvent) {
+			c := class(e.Status, e.Err)
+			for _, s := range e.Scopes {
+				x.requests.WithLabelValues(x.labels.label(s), c).Inc()
+			}
+		},
+		Backoff: func(e throttle.BackoffEvent) {
+			x.signals.WithLabelValues(x.labels.label(e.Scope)).Inc()
+		},
+		GateSet: func(e throttle.GateSetEvent) {
+			x.gates.WithLabelValues(x.labels.label(e.Scope)).Inc()
+		},
+		DelayChanged: func(e throttle.DelayChangedEvent) {
+			// A gauge of "other" would show whichever host changed last:
+			// meaningless, so unknown scopes have none.
+			if l := x.labels.label(e.Scope); l != otherScope {
+				x.delay.WithLabelValues(l).Set(e.NewDelay.Seconds())
+				x.concurrency.WithLabelValues(l).Set(float64(e.NewConcurrency))
+			}
+		},
+	}
+}
+
+// server answers for every simulated host and counts what it answered.
+type server struct {
+	mu       sync.Mutex
+	pages    map[string]int         // page requests by host
+	statuses map[string]map[int]int // answers by host and status, robots.txt included
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	s.mu.Lock()
+	status := http.StatusOK
+	if r.URL.Path == "/robots.txt" {
+		status = http.StatusNotFound
+	} else {
+		s.pages[host]++
+		n := s.pages[host]
+		switch {
+		case host == "busy.example" && (n == 5 || n == 8):
+			w.Header().Set("Retry-After", "1")
+			status = http.StatusTooManyRequests
+		case host == "flaky.example" && (n == 6 || n == 7):
+			status = http.StatusServiceUnavailable
+		}
+	}
+	if s.statuses[host] == nil {
+		s.statuses[host] = map[int]int{}
+	}
+	s.statuses[host][status]++
+	s.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%s %s\n", host, r.URL.Path)
+}
+
+// simulated reports whether host is one of the local sites.
+func simulated(host string) bool {
+	return slices.Contains(known, host) || strings.HasSuffix(host, ".farm.example")
+}
+
+// loopbackTransport dials addr for every simulated host and refuses
+// every other, so nothing leaves the machine.
+func loopbackTransport(addr string) *http.Transport {
+	var d net.Dialer
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
+			h, _, err := net.SplitHostPort(hostport)
+			if err != nil {
+				return nil, err
+			}
+			if !simulated(h) {
+				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConnsPerHost: 4,
+	}
+}
+
+// result is what the server answered, by host and status, and the
+// metrics the hooks fed.
+type result struct {
+	Statuses map[string]map[int]int
+	Elapsed  time.Duration
+	Metrics  *metrics
+}
+
+// run crawls the sites with metrics registered on reg, and mounts
+// /metrics (from gather) and /status on mon, which the caller serves.
+func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http.ServeMux) (result, error) {
+	srv := &server{pages: map[string]int{}, statuses: map[string]map[int]int{}}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+
+	x := newMetrics(reg, newScopeLabels(known...))
+	cfg := throttle.DefaultConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = delay, 0, throttle.Jitter{}
+	// Backoff steps of 2x from 400 ms (the default least step is 1 s),
+	// so that the example stays short.
+	cfg.Default.Backoff.Jitter, cfg.Default.Backoff.MinDelay = throttle.Jitter{}, 2*delay
+	cfg.Hooks = x.hooks()
+	m, err := throttle.New(cfg)
+	if err != nil {
+		return result{}, err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "throttle_waiting",
+		Help: "Callers waiting in Acquire now.",
+	}, func() float64 { return float64(m.Waiting()) }))
+	mon.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mon.Handle("/status", m.StatusHandler())
+
+	base := loopbackTransport(ts.Listener.Addr().String())
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: m.Transport(base)}
+
+	var urls []string
+	for i := range pagesPerHost {
+		for _, h := range known {
+			urls = append(urls, fmt.Sprintf("http://%s/page/%d", h, i))
+		}
+	}
+	for i := range farmHosts {
+		urls = append(urls, fmt.Sprintf("http://f%03d.farm.example/", i))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(urls))
+	for _, u := range urls {
+		wg.Go(func() {
+			if err := fetch(ctx, client, u); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return result{}, err
+	}
+
+	res := result{Statuses: map[string]map[int]int{}, Elapsed: time.Since(start), Metrics: x}
+	srv.mu.Lock()
+	for h, st := range srv.statuses {
+		res.Statuses[h] = st
+	}
+	srv.mu.Unlock()
+	fmt.Fprintf(out, "crawled %d pages on %d hosts in %v\n", len(urls), len(known)+farmHosts, res.Elapsed.Round(10*time.Millisecond))
+	return res, nil
+}
+
+// fetch gets u and reads the body, which releases the permit.
+func fetch(ctx context.Context, client *http.Client, u string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// printMetrics writes the throttle_ series of a scrape of url.
+func printMetrics(out io.Writer, url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "throttle_") && !strings.Contains(line, "_bucket{") {
+			fmt.Fprintln(out, line)
+		}
+	}
+	return nil
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "where to serve /metrics and /status")
+	wait := flag.Bool("wait", false, "keep serving after the crawl until interrupted")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "prometheus:", err)
+		os.Exit(1)
+	}
+	mon := http.NewServeMux()
+	go http.Serve(ln, mon)
+	fmt.Printf("serving http://%s/metrics and http://%s/status\n", ln.Addr(), ln.Addr())
+
+	crawlCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := run(crawlCtx, os.Stdout, prometheus.NewRegistry(), mon); err != nil {
+		fmt.Fprintln(os.Stderr, "prometheus:", err)
+		os.Exit(1)
+	}
+	if err := printMetrics(os.Stdout, "http://"+ln.Addr().String()+"/metrics"); err != nil {
+		fmt.Fprintln(os.Stderr, "prometheus:", err)
+		os.Exit(1)
+	}
+	if *wait {
+		fmt.Println("crawl done; still serving, Ctrl-C to stop")
+		<-ctx.Done()
+	}
+}

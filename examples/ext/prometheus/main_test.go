@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The crawl takes seconds: the tests share one run.
+var (
+	once   sync.Once
+	shared result
+	reg    *prometheus.Registry
+	mon    *httptest.Server
+	runErr error
+)
+
+func runOnce(t *testing.T) result {
+	t.Helper()
+	once.Do(func() {
+		reg = prometheus.NewRegistry()
+		mux := http.NewServeMux()
+		mon = httptest.NewServer(mux)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out strings.Builder
+		shared, runErr = run(ctx, &out, reg, mux)
+		if runErr == nil {
+			runErr = printMetrics(&out, mon.URL+"/metrics")
+		}
+		t.Log("\n" + out.String())
+	})
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	return shared
+}
+
+func TestMain(m *testing.M) {
+	m.Run()
+	if mon != nil {
+		mon.Close()
+	}
+}
+
+// labelOf is the scope label the server's host gets.
+func labelOf(host string) string {
+	if slices.Contains(known, host) {
+		return host
+	}
+	return otherScope
+}
+
+// TestScrapeCounters scrapes /metrics and compares the counters with what
+// the server answered, per bounded scope label and class.
+func TestScrapeCounters(t *testing.T) {
+	res := runOnce(t)
+	requests := map[[2]string]int{}
+	for host, statuses := range res.Statuses {
+		for status, n := range statuses {
+			requests[[2]string{labelOf(host), class(status, nil)}] += n
+		}
+	}
+	var lines []string
+	for k, n := range requests {
+		lines = append(lines, fmt.Sprintf("throttle_requests_total{class=%q,scope=%q} %d", k[1], k[0], n))
+	}
+	sort.Strings(lines)
+	want := `# HELP throttle_requests_total Released permits by scope and status class (2xx, 4xx, ..., errors).
+# TYPE throttle_requests_total counter
+` + strings.Join(lines, "\n") + `
+# HELP throttle_backoff_signals_total Responses that were backoff signals (429, 503, timeouts ...), by scope.
+# TYPE throttle_backoff_signals_total counter
+throttle_backoff_signals_total{scope="busy.example"} 2
+throttle_backoff_signals_total{scope="flaky.example"} 2
+# HELP throttle_gates_total Server-given waits (Retry-After, RateLimit headers) that gated a scope.
+# TYPE throttle_gates_total counter
+throttle_gates_total{scope="busy.example"} 2
+# HELP throttle_waiting Callers waiting in Acquire now.
+# TYPE throttle_waiting gauge
+throttle_waiting 0
+`
+	if err := testutil.ScrapeAndCompare(mon.URL+"/metrics", strings.NewReader(want),
+		"throttle_requests_total", "throttle_backoff_signals_total", "throttle_gates_total", "throttle_waiting"); err != nil {
+		t.Error(err)
+	}
+	// The farm: 30 pages and 30 robots.txt 404s, all under "other".
+	if got := requests[[2]string{otherScope, "2xx"}]; got != farmHosts {
+		t.Errorf(`other/2xx = %d, want %d`, got, farmHosts)
+	}
+}
+
+// TestLabelsAreBounded: 33 hosts, but the scope label has 4 values.
+func TestLabelsAreBounded(t *testing.T) {
+	runOnce(t)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := append([]string{otherScope}, known...)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "scope" && !slices.Contains(allowed, lp.GetValue()) {
+					t.Errorf("%s has scope label %q", mf.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+	// 2xx and 4xx for each of 4 labels (robots.txt 404s), 4xx/5xx of the
+	// failing sites are among them: at most 4 labels x 3 classes.
+	if n := testutil.CollectAndCount(reg, "throttle_requests_total"); n > 4*3 {
+		t.Errorf("throttle_requests_total has %d series", n)
+	}
+}
+
+// TestDelayGaugesAndWaitHistogram: DelayChanged set the raised delays of
+// the known scopes that backed off (and of no farm host); every permit
+// is one observation of the wait histogram.
+func TestDelayGaugesAndWaitHistogram(t *testing.T) {
+	res := runOnce(t)
+	x := res.Metrics
+	for _, h := range []string{"busy.example", "flaky.example"} {
+		if d := testutil.ToFloat64(x.delay.WithLabelValues(h)); d <= delay.Seconds() {
+			t.Errorf("throttle_delay_seconds{scope=%q} = %v, want above %v", h, d, delay.Seconds())
+		}
+		if c := testutil.ToFloat64(x.concurrency.WithLabelValues(h)); c != 1 {
+			t.Errorf("throttle_concurrency{scope=%q} = %v", h, c)
+		}
+	}
+	if n := testutil.CollectAndCount(x.delay); n != 2 {
+		t.Errorf("throttle_delay_seconds has %d series, want 2 (busy, flaky)", n)
+	}
+	total := 0
+	for _, statuses := range res.Statuses {
+		for _, n := range statuses {
+			total += n
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "throttle_wait_seconds" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		if int(h.GetSampleCount()) != total {
+			t.Errorf("throttle_wait_seconds count %d, want %d permits", h.GetSampleCount(), total)
+		}
+		if h.GetSampleSum() <= 0 {
+			t.Errorf("throttle_wait_seconds sum %v: requests queued at once must have waited", h.GetSampleSum())
+		}
+		return
+	}
+	t.Error("no throttle_wait_seconds")
+}
+
+// TestStatusPage: the same mux serves the manager's status page.
+func TestStatusPage(t *testing.T) {
+	runOnce(t)
+	resp, err := http.Get(mon.URL + "/status?format=json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Errorf("status: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+}
