@@ -1,0 +1,263 @@
+// Command colly crawls a small local site of three hosts with a colly
+// collector whose HTTP transport is throttle's:
+//
+//	c := colly.NewCollector(colly.Async(true), ...)
+//	c.WithTransport(m.Transport(base))
+//
+// colly gets no LimitRule: the throttle paces every request per host, and
+// learns from the answers, whatever colly's goroutines do.
+//
+//	a.example  the default scope: 1 at a time, Delay 300ms
+//	b.example  its robots.txt says Crawl-delay: 1, which the throttle
+//	           fetches and obeys (1 at a time, 1 s apart)
+//	c.example  configured: 2 at a time, Delay 100ms; pages take 300ms
+//
+// The server records when each request arrives and how many are in
+// flight per host. Run it from examples/ext (about 7 s):
+//
+//	go run ./colly
+//	go run ./colly -throttle=false   # the same crawl with colly alone
+//
+// Everything listens on 127.0.0.1; nothing leaves the machine.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/crawlerkit/throttle"
+	"github.com/gocolly/colly/v2"
+)
+
+// hostSpec is one host of the site: its throttle settings as the example
+// expects them to hold, and how long its pages take.
+type hostSpec struct {
+	Host        string
+	Concurrency int
+	Delay       time.Duration
+	Work        time.Duration
+	Robots      string // robots.txt body; "" answers 404
+}
+
+var site = []hostSpec{
+	{Host: "a.example", Concurrency: 1, Delay: 300 * time.Millisecond, Work: 20 * time.Millisecond},
+	{Host: "b.example", Concurrency: 1, Delay: time.Second, Work: 20 * time.Millisecond,
+		Robots: "User-agent: *\nCrawl-delay: 1\n"},
+	{Host: "c.example", Concurrency: 2, Delay: 100 * time.Millisecond, Work: 300 * time.Millisecond},
+}
+
+// pagesPerHost is how many pages each host has, its front page included.
+const pagesPerHost = 6
+
+func spec(host string) *hostSpec {
+	for i := range site {
+		if site[i].Host == host {
+			return &site[i]
+		}
+	}
+	return nil
+}
+
+// hostLog is what the server saw of one host.
+type hostLog struct {
+	Arrivals []time.Time // every request, robots.txt included
+	Pages    int
+	Peak     int // most requests in flight at once
+	inFlight int
+}
+
+// MinGap is the shortest time between two consecutive arrivals.
+func (h *hostLog) MinGap() time.Duration {
+	var g time.Duration
+	for i := 1; i < len(h.Arrivals); i++ {
+		if d := h.Arrivals[i].Sub(h.Arrivals[i-1]); i == 1 || d < g {
+			g = d
+		}
+	}
+	return g
+}
+
+// server serves the site and logs the arrivals per host.
+type server struct {
+	mu   sync.Mutex
+	logs map[string]*hostLog
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	sp := spec(host)
+	if sp == nil {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	l := s.logs[host]
+	l.Arrivals = append(l.Arrivals, time.Now())
+	l.inFlight++
+	l.Peak = max(l.Peak, l.inFlight)
+	if r.URL.Path != "/robots.txt" {
+		l.Pages++
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		l.inFlight--
+		s.mu.Unlock()
+	}()
+
+	time.Sleep(sp.Work)
+	if r.URL.Path == "/robots.txt" {
+		if sp.Robots == "" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, sp.Robots)
+		return
+	}
+	// Every page links to every page of its host and to the other hosts'
+	// front pages.
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, "<!DOCTYPE html><title>%s%s</title><ul>\n", host, r.URL.Path)
+	for i := 1; i < pagesPerHost; i++ {
+		fmt.Fprintf(w, "<li><a href=\"/p/%d\">page %d</a>\n", i, i)
+	}
+	for _, o := range site {
+		fmt.Fprintf(w, "<li><a href=\"http://%s/\">%s</a>\n", o.Host, o.Host)
+	}
+	fmt.Fprintln(w, "</ul>")
+}
+
+// loopbackTransport dials addr for every host of the site and refuses
+// every other, so nothing leaves the machine.
+func loopbackTransport(addr string) *http.Transport {
+	var d net.Dialer
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
+			h, _, err := net.SplitHostPort(hostport)
+			if err != nil {
+				return nil, err
+			}
+			if spec(h) == nil {
+				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConnsPerHost: 4,
+	}
+}
+
+// newManager configures the throttle: defaults but no jitter, a 300 ms
+// delay, and c.example's own settings. b.example's delay comes from its
+// robots.txt.
+func newManager() (*throttle.ThrottlingManager, error) {
+	cfg := throttle.DefaultConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 300*time.Millisecond, 0, throttle.Jitter{}
+	c := cfg.Default
+	c.Concurrency, c.Delay = 2, 100*time.Millisecond
+	cfg.Scopes = map[string]throttle.ScopeConfig{"c.example": c}
+	return throttle.New(cfg)
+}
+
+// result is what the server saw, by host.
+type result struct {
+	Logs    map[string]*hostLog
+	Elapsed time.Duration
+}
+
+// run crawls the site from a.example's front page with colly, through
+// the throttle when throttled is true.
+func run(ctx context.Context, out io.Writer, throttled bool) (result, error) {
+	srv := &server{logs: map[string]*hostLog{}}
+	for _, h := range site {
+		srv.logs[h.Host] = &hostLog{}
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	base := loopbackTransport(ts.Listener.Addr().String())
+	defer base.CloseIdleConnections()
+
+	var hosts []string
+	for _, h := range site {
+		hosts = append(hosts, h.Host)
+	}
+	c := colly.NewCollector(colly.Async(true), colly.AllowedDomains(hosts...), colly.StdlibContext(ctx))
+	// colly's request timeout counts the time a request waits in the
+	// throttle too: give it room.
+	c.SetRequestTimeout(time.Minute)
+	if throttled {
+		m, err := newManager()
+		if err != nil {
+			return result{}, err
+		}
+		c.WithTransport(m.Transport(base))
+	} else {
+		c.WithTransport(base)
+	}
+
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	c.OnHTML("a[href]", func(e *colly.HTMLElement) {
+		e.Request.Visit(e.Attr("href"))
+	})
+	c.OnError(func(r *colly.Response, err error) {
+		mu.Lock()
+		errs = append(errs, fmt.Errorf("%s: %w", r.Request.URL, err))
+		mu.Unlock()
+	})
+
+	start := time.Now()
+	if err := c.Visit("http://a.example/"); err != nil {
+		return result{}, err
+	}
+	c.Wait()
+	if len(errs) > 0 {
+		return result{}, errs[0]
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	res := result{Logs: srv.logs, Elapsed: time.Since(start)}
+	printTable(out, res, throttled)
+	return res, nil
+}
+
+func printTable(out io.Writer, res result, throttled bool) {
+	if throttled {
+		fmt.Fprintln(out, "colly with throttle's Transport, no LimitRule:")
+	} else {
+		fmt.Fprintln(out, "colly alone, no LimitRule:")
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "host\tpages\trequests\tpeak in flight\tthrottle concurrency\tmin gap\tthrottle delay")
+	for _, h := range site {
+		l := res.Logs[h.Host]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\t%v\n", h.Host, l.Pages, len(l.Arrivals), l.Peak, h.Concurrency,
+			l.MinGap().Round(time.Millisecond), h.Delay)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "done in %v\n", res.Elapsed.Round(10*time.Millisecond))
+}
+
+func main() {
+	throttled := flag.Bool("throttle", true, "send colly's requests through the throttle")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := run(ctx, os.Stdout, *throttled); err != nil {
+		fmt.Fprintln(os.Stderr, "colly:", err)
+		os.Exit(1)
+	}
+}
