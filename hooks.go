@@ -6,7 +6,7 @@ import (
 )
 
 // Hooks are functions the manager calls on events, to feed metrics (see
-// examples/expvar and examples/prometheus). Each may be nil. They are
+// examples/expvar and examples/ext/prometheus). Each may be nil. They are
 // called without any lock of the manager held, on the goroutine of the
 // Acquire or Release that caused the event; they must be quick, and may
 // call the manager.
