@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"unsafe"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // MaxRobotsSize is how much of a robots.txt is read: 500 KiB (RFC 9309 says
