@@ -15,9 +15,11 @@
 //	resp, err := client.Do(req)
 //	p.Release(resp, err)          // feedback: latency, status, headers, error
 //
-// A crawler with many hosts and a bounded worker pool can use TryAcquire,
-// which never blocks and tells when a request could start, to keep a
-// ready-time queue instead of parking a goroutine per request.
+// A crawler with many hosts and a bounded worker pool pushes its requests
+// into a ReadyQueue, from which each worker pops the request that can
+// start soonest, already admitted, so a slow host's backlog holds no one
+// up. It is built on TryAcquire, which never blocks and tells when a
+// request could start.
 //
 // # Scopes
 //

@@ -103,6 +103,53 @@ func ExampleThrottlingManager_TryAcquire() {
 	// Output: true delay 2s
 }
 
+// A ReadyQueue gives a pool of workers the request that can start soonest:
+// a slow host's backlog, pushed first, holds no other host up. Workers
+// block in Pop; here TryPop and a fake clock show the order and the times.
+func ExampleReadyQueue() {
+	clock := throttletest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := throttle.DefaultConfig()
+	cfg.Clock = clock
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = time.Second, 0, throttle.Jitter{}
+	cfg.Robots.Enabled = false // no robots.txt fetch in this example
+	m, _ := throttle.New(cfg)
+	q := throttle.NewReadyQueue(m)
+
+	push := func(u string, priority int) {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		if err := q.Push(req, priority); err != nil {
+			panic(err)
+		}
+	}
+	push("https://slow.example/1", 0)
+	push("https://slow.example/2", 0)
+	push("https://slow.example/3", 0)
+	push("https://a.example/", 0)
+	push("https://b.example/", 0)
+	push("https://slow.example/urgent", 1) // first among what can start at once
+
+	t0 := clock.Now()
+	for q.Len() > 0 {
+		req, p, at, err := q.TryPop()
+		if err != nil {
+			panic(err)
+		}
+		if req == nil {
+			clock.Set(at) // nothing can start before at: Pop would wait
+			continue
+		}
+		fmt.Println(clock.Now().Sub(t0), req.URL)
+		p.Release(&http.Response{StatusCode: 200}, nil) // after the fetch
+	}
+	// Output:
+	// 0s https://slow.example/urgent
+	// 0s https://a.example/
+	// 0s https://b.example/
+	// 1s https://slow.example/1
+	// 2s https://slow.example/2
+	// 3s https://slow.example/3
+}
+
 // Per-scope settings, and the error New gives for a bad one.
 func ExampleNew() {
 	cfg := throttle.DefaultConfig()

@@ -294,6 +294,16 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	return Admission{At: at, Reason: why}
 }
 
+// quotaLeft returns what the window's quota has left at now, and false
+// when the scope has no quota. ReadyQueue ranks requests by it.
+func (s *defaultScope) quotaLeft(now time.Time) (int64, bool) {
+	if s.cfg.Quota <= 0 {
+		return 0, false
+	}
+	s.quota.roll(now, s.cfg.Window)
+	return s.cfg.Quota - s.quota.used, true
+}
+
 // freeSlot returns the free slot that can start soonest and when: a used
 // slot whose SlotDelay has passed, else a slot never used (-1), which can
 // start at once, else the used slot that frees first.

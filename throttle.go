@@ -57,6 +57,12 @@ type ThrottlingManager struct {
 	// and the shard it looked at last.
 	sweepNext atomic.Int64
 	sweepTurn atomic.Uint32
+
+	// releaseHooks are told the key of each scope of every released
+	// permit, once its slots are free: each ReadyQueue re-checks the
+	// requests that wait for such a release (readyqueue.go). Copied on
+	// write; nil while the manager has no ReadyQueue.
+	releaseHooks atomic.Pointer[[]func(key string)]
 }
 
 const numShards = 64
@@ -289,6 +295,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	if e := p.ext; e != nil && e.shared {
 		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
 		m.releaseShared(p, now, &cp)
+		m.notifyRelease(p.scopes) // readyqueue.go
 		return
 	}
 	watch := m.cfg.Hooks.watchesPolicy()
@@ -327,6 +334,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	if watch || m.cfg.Hooks.Released != nil || m.hasPending.Load() {
 		m.afterRelease(p, fb, &ev, watch)
 	}
+	m.notifyRelease(p.scopes) // after the slots are free; readyqueue.go
 	m.raise(p.scopes)
 }
 

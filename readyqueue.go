@@ -1,0 +1,732 @@
+package throttle
+
+import (
+	"container/heap"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A ReadyQueue holds requests until they can start, for a crawler with
+// many hosts and a bounded pool of workers (the frontier of StormCrawler,
+// Heritrix or BUbiNG): Push the requests as you discover them; each worker
+// Pops one that can start now, with its Permit already acquired, sends it
+// and releases the permit. A worker never waits behind a request that
+// cannot start, so a slow host's backlog does not hold the other hosts up.
+//
+// # Order
+//
+// Pop and TryPop give the request that can start soonest. Among requests
+// that can start at once: the higher priority first (Push's argument; 0
+// for most), then the one that uses the larger share of what its scope's
+// quota window has left (cost / remaining, Scrapy's rule; 0 in scopes
+// without a Quota), then the one pushed first.
+//
+// # How it works
+//
+// Push resolves a request's scopes as Acquire does (WithScopes on the
+// request's context, else Config.Scoper) and files it in the group of
+// requests with the same scope set: one group per host with HostScope.
+// A group keeps its requests in order (priority, then push order), and
+// only its head is ever asked, with TryAcquire. A group is in one of three
+// places:
+//
+//   - ready: a heap in the order above, of the groups whose head may start
+//     now or has not been asked yet;
+//   - waiting: a heap by the time TryAcquire named (Admission.At), when it
+//     moves to ready;
+//   - parked: refused with no time (every slot taken, or callers blocked
+//     in Acquire ahead of it): it moves to ready when a permit of one of
+//     its scopes is released, by this queue's workers or by anyone else
+//     (behind Acquire callers, also after a second: one that gives up
+//     releases nothing).
+//
+// A pop moves the waiting groups that are due to ready and asks the best
+// ready head; a refusal moves that group to waiting or parked and the
+// next head is asked, so a refusal costs one TryAcquire and nothing is
+// polled. A refusal by the global cap (Config.GlobalConcurrency) leaves
+// the group in its place and ends the pop: nothing starts before a
+// release. Push and pop cost O(log n) in the number of scope sets, plus a
+// TryAcquire per head asked. The times are TryAcquire's answers: a scope
+// whose delay is lowered later (AutoThrottle, SetScopeConfig) is asked
+// again at the time it named before.
+//
+// # Waiting
+//
+// Pop blocks without a goroutine of its own. Callers wait in the order
+// they came; the first holds the only timer, set for the soonest ready
+// time; Push, a release that unparks a group (or frees the global cap),
+// and a first caller leaving wake the (new) first caller, which looks
+// again under the queue's lock, so a wakeup is never lost. A release is
+// heard through a small hook in the manager's release path, which costs
+// an atomic load when nothing waits for one.
+//
+// Like TryAcquire, the queue never fetches robots.txt: call
+// ThrottlingManager.RobotsFor when you first meet a host. With a
+// Config.Store, releases in other processes unpark groups through
+// Store.Watch; every attempt is then a round trip, and a queue makes one
+// at a time.
+//
+// A ReadyQueue is safe for concurrent use by multiple goroutines. It is
+// tied to its manager, which tells it about releases, for the manager's
+// lifetime. The zero value is not usable: call NewReadyQueue.
+type ReadyQueue struct {
+	m *ThrottlingManager
+
+	// armed tells the release hook to look under mu: groups are parked,
+	// the global cap refused, or an attempt is under way (which may be
+	// about to park one). Written under mu; read by the hook without it.
+	armed atomic.Bool
+
+	mu          sync.Mutex
+	single      map[string]*setQueue              // one-scope groups, by scope key
+	multi       map[string]*setQueue              // the others, by setKey
+	parkedMulti map[string]map[*setQueue]struct{} // parked many-scope groups, by each scope key
+	ready       readyHeap
+	waiting     waitingHeap
+	nParked     int
+	global      bool   // the last attempt was refused by the global cap, and nothing was released since
+	n           int    // requests held
+	seq         uint64 // push order
+	poppers     popperList
+	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
+}
+
+// NewReadyQueue returns an empty queue whose requests are admitted by m.
+func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
+	q := &ReadyQueue{
+		m:           m,
+		single:      make(map[string]*setQueue),
+		multi:       make(map[string]*setQueue),
+		parkedMulti: make(map[string]map[*setQueue]struct{}),
+	}
+	for {
+		old := m.releaseHooks.Load()
+		var hooks []func(string)
+		if old != nil {
+			hooks = append(hooks, *old...)
+		}
+		hooks = append(hooks, q.released)
+		if m.releaseHooks.CompareAndSwap(old, &hooks) {
+			break
+		}
+	}
+	if m.cfg.Store != nil {
+		m.cfg.Store.Watch(q.released) // for the queue's lifetime, like the hook
+	}
+	return q
+}
+
+// Push adds req with a priority: among requests that can start at once,
+// higher priorities go first. It returns an error, and keeps nothing,
+// when req's scopes cannot be resolved (the errors of Acquire: no host, a
+// Scoper error ...). The queue keeps req itself: don't change it until it
+// is popped.
+func (q *ReadyQueue) Push(req *http.Request, priority int) error {
+	if req == nil {
+		return ErrNilRequest
+	}
+	now := q.m.clock.Now()
+	p, err := q.m.newPermit(req.Context(), req, now, true)
+	if err != nil {
+		return err
+	}
+	e := entry{req: req, prio: priority}
+	q.mu.Lock()
+	g := q.groupOf(p.scopes)
+	if len(g.keys) == 1 {
+		e.cost = p.scopes[0].cost
+	} else {
+		e.costs = make([]int64, len(p.scopes))
+		for i := range p.scopes {
+			e.costs[i] = p.scopes[i].cost
+		}
+	}
+	*p = Permit{} // never handed out: back to TryAcquire's pool
+	unusedPermits.Put(p)
+	q.seq++
+	e.seq = q.seq
+	g.entries.push(e)
+	q.n++
+	switch {
+	case g.state == setIdle:
+		q.makeReady(g, now)
+	case g.state == setReady && g.entries[0].seq == e.seq: // a new head
+		q.rank(g, now)
+		heap.Fix(&q.ready, g.idx)
+	}
+	q.kick()
+	q.mu.Unlock()
+	return nil
+}
+
+// TryPop never blocks. It returns a request that can start now, removed
+// from the queue, with its Permit: send it, then Release the permit. When
+// no request can start now it returns a nil request and the soonest time
+// one could, zero when every request waits for a release (or the queue is
+// empty: see Len).
+//
+// A request that cannot be admitted at all is removed and returned with a
+// nil Permit and the error: its context's error once its context has
+// ended, or TryAcquire's (a Store failure, a Scoper error).
+func (q *ReadyQueue) TryPop() (*http.Request, *Permit, time.Time, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	req, p, at, err := q.tryPop(q.m.clock.Now())
+	q.kick()
+	return req, p, at, err
+}
+
+// Pop blocks until a request can start and returns it, removed from the
+// queue, with its Permit: send it, then Release the permit. It returns
+// ctx's error when ctx ends first (at its deadline, whatever the ready
+// times: a Push may bring a request that can start before it), leaving
+// the queue as it was. Like TryPop, it returns a request that cannot be
+// admitted at all with a nil Permit and the error.
+//
+// Callers wait in arrival order; Pop costs no goroutine, and the first
+// waiting caller holds the only timer.
+func (q *ReadyQueue) Pop(ctx context.Context) (*http.Request, *Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	var (
+		me    *popper
+		timer Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		q.mu.Lock()
+		now := q.m.clock.Now()
+		req, p, at, err := q.tryPop(now)
+		if req != nil {
+			if me != nil {
+				q.leave(me)
+			}
+			q.kick()
+			q.mu.Unlock()
+			return req, p, err
+		}
+		if me == nil {
+			me = &popper{wake: make(chan struct{}, 1)}
+			q.poppers.push(me)
+		}
+		first := q.poppers.head == me
+		if first {
+			q.leaderAt = at
+		} else {
+			q.kick() // this attempt may have moved the soonest time
+		}
+		q.mu.Unlock()
+
+		var timerC <-chan time.Time
+		switch {
+		case first && !at.IsZero():
+			if timer == nil {
+				timer = q.m.clock.NewTimer(at.Sub(now))
+			} else {
+				timer.Reset(at.Sub(now))
+			}
+			timerC = timer.C()
+		case timer != nil:
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			q.mu.Lock()
+			q.leave(me)
+			q.mu.Unlock()
+			return nil, nil, ctx.Err()
+		case <-me.wake:
+		case <-timerC:
+		}
+	}
+}
+
+// Len returns the number of requests in the queue.
+func (q *ReadyQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// tryPop is TryPop with q.mu held.
+func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, error) {
+	// A release from now on finds the hook armed and waits for mu, so it
+	// sees a group this attempt parks.
+	q.armed.Store(true)
+	defer func() { q.armed.Store(q.nParked > 0 || q.global) }()
+
+	for len(q.waiting) > 0 && !q.waiting[0].readyAt.After(now) {
+		g := heap.Pop(&q.waiting).(*setQueue)
+		if g.state == setParked {
+			q.unpark(g, now) // its fallback time came before a release
+		} else {
+			q.makeReady(g, now)
+		}
+	}
+	for len(q.ready) > 0 {
+		g := q.ready[0]
+		req := g.entries[0].req
+		if err := req.Context().Err(); err != nil {
+			q.removeHead(g, now)
+			return req, nil, time.Time{}, err
+		}
+		p, adm, err := q.m.TryAcquire(req)
+		switch {
+		case err != nil:
+			q.removeHead(g, now)
+			return req, nil, time.Time{}, err
+		case p != nil:
+			q.global = false
+			q.removeHead(g, now)
+			return req, p, time.Time{}, nil
+		case adm.Reason == ReasonGlobal:
+			// Every scope admits it; only the cap is full. It keeps
+			// its place, and nothing else can start either.
+			q.global = true
+			return nil, nil, time.Time{}, nil
+		case adm.At.IsZero():
+			heap.Pop(&q.ready)
+			var fallback time.Time
+			if adm.Reason == ReasonQueue {
+				// Callers blocked in Acquire are ahead: their release
+				// unparks it, but one that gives up releases nothing.
+				fallback = now.Add(queueRecheck)
+			}
+			q.park(g, fallback)
+		default:
+			heap.Pop(&q.ready)
+			g.readyAt = adm.At
+			if !g.readyAt.After(now) {
+				g.readyAt = now.Add(time.Millisecond) // "not now" at a time that has come: don't spin
+			}
+			g.state = setWaiting
+			heap.Push(&q.waiting, g)
+		}
+	}
+	if len(q.waiting) > 0 {
+		return nil, nil, q.waiting[0].readyAt, nil
+	}
+	return nil, nil, time.Time{}, nil
+}
+
+// released is the manager's release hook (and, with a Store, its Watch
+// function): a permit of the scope key was released, so the groups parked
+// on it may start, and so may a request the global cap refused.
+func (q *ReadyQueue) released(key string) {
+	if !q.armed.Load() {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	woke := q.global
+	q.global = false
+	var now time.Time
+	unpark := func(g *setQueue) {
+		if now.IsZero() {
+			now = q.m.clock.Now()
+		}
+		q.unpark(g, now)
+		woke = true
+	}
+	if g := q.single[key]; g != nil && g.state == setParked {
+		unpark(g)
+	}
+	for g := range q.parkedMulti[key] {
+		unpark(g)
+	}
+	if woke {
+		q.armed.Store(q.nParked > 0)
+		q.kick()
+	}
+}
+
+// groupOf returns the group of the scope set hs (sorted, as newPermit
+// gives it), making it if needed.
+func (q *ReadyQueue) groupOf(hs []held) *setQueue {
+	if len(hs) == 1 {
+		g := q.single[hs[0].s.key]
+		if g == nil {
+			g = &setQueue{idx: -1}
+			g.keys, g.scopes = g.oneKey[:], g.oneScope[:]
+			g.keys[0], g.scopes[0] = hs[0].s.key, hs[0].s
+			q.single[g.keys[0]] = g
+		}
+		return g
+	}
+	k := setKey(hs)
+	g := q.multi[k]
+	if g == nil {
+		g = &setQueue{idx: -1, set: k, keys: make([]string, len(hs)), scopes: make([]*scope, len(hs))}
+		for i := range hs {
+			g.keys[i], g.scopes[i] = hs[i].s.key, hs[i].s
+		}
+		q.multi[k] = g
+	}
+	return g
+}
+
+// setKey names a set of several scopes, sorted: each key with its length,
+// so no two sets share a name.
+func setKey(hs []held) string {
+	var b strings.Builder
+	for i := range hs {
+		k := hs[i].s.key
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// removeHead takes g's head out of the queue; g is at the top of ready.
+func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
+	g.entries.pop()
+	q.n--
+	if len(g.entries) > 0 {
+		q.rank(g, now)
+		heap.Fix(&q.ready, g.idx)
+		return
+	}
+	heap.Remove(&q.ready, g.idx)
+	g.state = setIdle
+	if len(g.keys) == 1 {
+		delete(q.single, g.keys[0])
+	} else {
+		delete(q.multi, g.set)
+	}
+}
+
+// makeReady puts g in the ready heap.
+func (q *ReadyQueue) makeReady(g *setQueue, now time.Time) {
+	g.state = setReady
+	q.rank(g, now)
+	heap.Push(&q.ready, g)
+}
+
+// rank records the order of g's head among ready groups.
+func (q *ReadyQueue) rank(g *setQueue, now time.Time) {
+	e := &g.entries[0]
+	g.prio, g.headSeq = e.prio, e.seq
+	g.share = q.quotaShare(g, e, now)
+}
+
+// quotaShare is the largest share of what its scopes' quota windows have
+// left that e would use: cost / remaining; 0 without quotas or when a
+// quota is spent (e waits for the next window anyway).
+func (q *ReadyQueue) quotaShare(g *setQueue, e *entry, now time.Time) float64 {
+	var share float64
+	for i := range g.scopes {
+		s := g.scopes[i]
+		if s.dead { // forgotten for idleness: its successor holds the state
+			ns, err := q.m.lookup(g.keys[i], now)
+			if err != nil {
+				continue
+			}
+			s, g.scopes[i] = ns, ns
+		}
+		qr, ok := s.mgr.(interface {
+			quotaLeft(time.Time) (int64, bool)
+		})
+		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		left, has := qr.quotaLeft(now)
+		s.mu.Unlock()
+		if has && left > 0 {
+			share = max(share, float64(e.costOf(i))/float64(left))
+		}
+	}
+	return share
+}
+
+// queueRecheck is how long a group refused because callers blocked in
+// Acquire are ahead of it stays parked without a release.
+const queueRecheck = time.Second
+
+// park keeps g until a permit of one of its scopes is released, or until
+// fallback if it is not zero (g then also sits in waiting).
+func (q *ReadyQueue) park(g *setQueue, fallback time.Time) {
+	g.state = setParked
+	q.nParked++
+	if !fallback.IsZero() {
+		g.readyAt = fallback
+		heap.Push(&q.waiting, g)
+	}
+	if len(g.keys) == 1 {
+		return // found by its key in single
+	}
+	for _, k := range g.keys {
+		set := q.parkedMulti[k]
+		if set == nil {
+			set = make(map[*setQueue]struct{})
+			q.parkedMulti[k] = set
+		}
+		set[g] = struct{}{}
+	}
+}
+
+// unpark moves a parked group to ready.
+func (q *ReadyQueue) unpark(g *setQueue, now time.Time) {
+	q.nParked--
+	if g.idx >= 0 {
+		heap.Remove(&q.waiting, g.idx) // its fallback
+	}
+	if len(g.keys) > 1 {
+		for _, k := range g.keys {
+			if set := q.parkedMulti[k]; set != nil {
+				delete(set, g)
+				if len(set) == 0 {
+					delete(q.parkedMulti, k)
+				}
+			}
+		}
+	}
+	q.makeReady(g, now)
+}
+
+// kick wakes the first waiting caller if it has something to do: a ready
+// group to ask (unless the global cap holds everything), or a ready time
+// sooner than its timer's.
+func (q *ReadyQueue) kick() {
+	first := q.poppers.head
+	if first == nil {
+		return
+	}
+	if q.global {
+		return // a release will wake it
+	}
+	if len(q.ready) > 0 ||
+		len(q.waiting) > 0 && (q.leaderAt.IsZero() || q.waiting[0].readyAt.Before(q.leaderAt)) {
+		first.signal()
+	}
+}
+
+// leave takes a waiting caller out of line; the next one, if it is now
+// first, is woken to take over the timer and the next request.
+func (q *ReadyQueue) leave(p *popper) {
+	if q.poppers.head == p {
+		q.leaderAt = time.Time{}
+		q.poppers.remove(p)
+		if q.poppers.head != nil {
+			q.poppers.head.signal()
+		}
+		return
+	}
+	q.poppers.remove(p)
+}
+
+// setQueue is a group: the queued requests of one scope set.
+type setQueue struct {
+	keys     []string // the scope keys, sorted
+	scopes   []*scope // their entries, looked up again once forgotten
+	set      string   // setKey, for groups of several scopes
+	oneKey   [1]string
+	oneScope [1]*scope
+	entries  entryHeap
+
+	state   setState
+	idx     int       // in ready or waiting; -1 in neither
+	readyAt time.Time // in waiting: when to ask again
+
+	// the head's rank among ready groups
+	prio    int
+	share   float64
+	headSeq uint64
+}
+
+type setState uint8
+
+const (
+	setIdle setState = iota // not filed yet, or gone
+	setReady
+	setWaiting
+	setParked
+)
+
+// entry is one queued request.
+type entry struct {
+	req   *http.Request
+	prio  int
+	seq   uint64
+	cost  int64   // one-scope groups
+	costs []int64 // the others: a cost per scope, in the group's order
+}
+
+func (e *entry) costOf(i int) int64 {
+	if e.costs != nil {
+		return e.costs[i]
+	}
+	return e.cost
+}
+
+// entryHeap orders a group's requests: higher priority, then push order.
+type entryHeap []entry
+
+func (h entryHeap) less(i, j int) bool {
+	if h[i].prio != h[j].prio {
+		return h[i].prio > h[j].prio
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *entryHeap) push(e entry) {
+	*h = append(*h, e)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s.less(i, parent) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+func (h *entryHeap) pop() {
+	s := *h
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = entry{}
+	s = s[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(s) && s.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < len(s) && s.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		s[i], s[small] = s[small], s[i]
+		i = small
+	}
+	*h = s
+}
+
+// readyHeap orders ready groups by their heads: higher priority, larger
+// quota share, pushed earlier.
+type readyHeap []*setQueue
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	switch {
+	case a.prio != b.prio:
+		return a.prio > b.prio
+	case a.share != b.share:
+		return a.share > b.share
+	}
+	return a.headSeq < b.headSeq
+}
+func (h readyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *readyHeap) Push(x any) {
+	g := x.(*setQueue)
+	g.idx = len(*h)
+	*h = append(*h, g)
+}
+func (h *readyHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	g.idx = -1
+	return g
+}
+
+// waitingHeap orders waiting groups by ready time, then push order.
+type waitingHeap []*setQueue
+
+func (h waitingHeap) Len() int { return len(h) }
+func (h waitingHeap) Less(i, j int) bool {
+	if !h[i].readyAt.Equal(h[j].readyAt) {
+		return h[i].readyAt.Before(h[j].readyAt)
+	}
+	return h[i].headSeq < h[j].headSeq
+}
+func (h waitingHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *waitingHeap) Push(x any) {
+	g := x.(*setQueue)
+	g.idx = len(*h)
+	*h = append(*h, g)
+}
+func (h *waitingHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	g.idx = -1
+	return g
+}
+
+// popper is a caller blocked in Pop.
+type popper struct {
+	wake       chan struct{} // buffered 1: a signal is never lost, never blocks
+	prev, next *popper
+}
+
+func (p *popper) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// popperList is the FIFO of callers blocked in Pop.
+type popperList struct{ head, tail *popper }
+
+func (l *popperList) push(p *popper) {
+	p.prev, p.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = p
+	} else {
+		l.head = p
+	}
+	l.tail = p
+}
+
+func (l *popperList) remove(p *popper) {
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		l.head = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		l.tail = p.prev
+	}
+	p.prev, p.next = nil, nil
+}
+
+// notifyRelease tells the manager's ReadyQueues that the permit holding
+// hs was released. It runs at the end of every release, with no lock held.
+func (m *ThrottlingManager) notifyRelease(hs []held) {
+	hooks := m.releaseHooks.Load()
+	if hooks == nil {
+		return
+	}
+	for _, f := range *hooks {
+		for i := range hs {
+			f(hs[i].s.key)
+		}
+	}
+}
