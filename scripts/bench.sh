@@ -30,5 +30,12 @@ END {
   if (nb["BenchmarkMemoryPerScope"]) printf "live heap per recent scope: %.0f B\n", bs["BenchmarkMemoryPerScope"]/nb["BenchmarkMemoryPerScope"]
 }'
 echo
+# The ready-time queue over 20,000 hosts: push and pop (TryPop, with the
+# TryAcquire calls it makes and the permit's release) per op.
+rq=$(go test -run='^$' -bench='^BenchmarkReadyQueue$' -benchtime=1s -count="$count" .)
+echo "$rq" | grep -E '^Benchmark'
+echo "$rq" | awk '/^Benchmark/ { for (i=2; i<=NF; i++) { if ($(i+1)=="push-ns/op") { push+=$i; n++ } if ($(i+1)=="pop-ns/op") pop+=$i } }
+END { printf "ReadyQueue at 20,000 hosts, mean over %d runs: push %.0f ns, pop %.0f ns\n", n, push/n, pop/n }'
+echo
 # DESIGN rule 12 at a million hosts: the test logs its figures.
 go test -count=1 -run='^TestMemoryMillionHosts$' -v . | grep -E 'live heap|^--- '
