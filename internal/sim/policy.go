@@ -59,9 +59,11 @@ type PolicySpec struct {
 	// which every instance gets in Env.Store: one manager per process
 	// sharing their state, as a fleet on Redis.
 	NewStore func(clock throttle.Clock) throttle.Store
-	// Ready makes the workers keep a ready-time queue of hosts (the next
-	// request is the one whose host can start soonest, asked with Try)
-	// instead of taking the next URL in frontier order and waiting for it.
+	// Ready makes the workers take their requests from a
+	// throttle.ReadyQueue on the policy's manager (the request that can
+	// start soonest, fed from the frontier when none can start now)
+	// instead of taking the next URL in frontier order and waiting for
+	// it. Only throttle policies (ThrottlePolicy) have one.
 	Ready bool
 }
 
@@ -90,7 +92,9 @@ type throttlePolicy struct {
 	reqs map[string]*http.Request // one request per host, reused: TryAcquire only reads it
 }
 
-func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
+// request returns the request for host, made once: TryAcquire and
+// ReadyQueue only read it.
+func (p *throttlePolicy) request(host string) *http.Request {
 	req := p.reqs[host]
 	if req == nil {
 		var err error
@@ -99,7 +103,23 @@ func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
 		}
 		p.reqs[host] = req
 	}
-	pm, adm, err := p.m.TryAcquire(req)
+	return req
+}
+
+// newQueue returns a ReadyQueue on the policy's manager, for one client's
+// workers.
+func (p *throttlePolicy) newQueue() *throttle.ReadyQueue { return throttle.NewReadyQueue(p.m) }
+
+// queuePolicy is a policy whose workers can take their requests from a
+// throttle.ReadyQueue (PolicySpec.Ready); the permits it gives are the
+// policy's tickets.
+type queuePolicy interface {
+	newQueue() *throttle.ReadyQueue
+	request(host string) *http.Request
+}
+
+func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
+	pm, adm, err := p.m.TryAcquire(p.request(host))
 	if err != nil {
 		panic(fmt.Sprintf("sim: TryAcquire %s: %v", host, err))
 	}

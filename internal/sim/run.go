@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"container/heap"
+	"fmt"
 	"github.com/crawlerkit/throttle"
 	"hash/fnv"
 	"math/rand/v2"
@@ -12,9 +12,9 @@ import (
 // Epoch is the virtual time at which every run starts.
 var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Limits of the ready-time queue: how many URLs one dispatch may take from
-// the frontier looking for a host it can start, and how many URLs it may
-// hold in memory.
+// Limits of the ready-time queue: how many URLs one pull may take from
+// the frontier looking for a host it can start, and how many URLs the
+// queue may hold.
 const (
 	maxPull     = 10000
 	maxBuffered = 1 << 20
@@ -49,7 +49,11 @@ func Run(sc Scenario, p PolicySpec, seed uint64) Result {
 		c := &client{id: i, inst: in, ready: p.Ready,
 			next: sc.Frontier(rand.New(rand.NewPCG(deriveSeed(seed, sc.Name, "frontier", strconv.Itoa(i)), 2)))}
 		if c.ready {
-			c.bufs = make(map[string]*hostBuf)
+			qp, ok := in.pol.(queuePolicy)
+			if !ok {
+				panic(fmt.Sprintf("sim: policy %s: Ready needs a throttle policy", p.Name))
+			}
+			c.qp, c.rq, c.queued = qp, qp.newQueue(), make(map[string]int)
 			in.ready = append(in.ready, c)
 		}
 		r.clients = append(r.clients, c)
@@ -98,7 +102,6 @@ type runner struct {
 	insts   []*instance
 	clients []*client
 	rawGate map[string]time.Time // per host: no arrival before this (the server's own Retry-After)
-	seq     uint64               // orders hosts ready at the same time
 }
 
 // instance is one policy instance and the workers waiting on it.
@@ -107,7 +110,7 @@ type instance struct {
 	queues    map[string]*hostQueue // workers holding a URL of the host, in arrival order
 	relWait   []*hostQueue          // queues whose head waits for a release
 	knownGate map[string]time.Time  // per host: the Retry-After gates delivered to this instance
-	ready     []*client             // clients with a ready-time queue on this instance
+	ready     []*client             // clients with a ReadyQueue on this instance
 }
 
 // client is one crawler process: a frontier and its workers.
@@ -117,12 +120,12 @@ type client struct {
 	next  func() string
 	ready bool
 
-	// ready-time queue
-	bufs        map[string]*hostBuf
-	heap        bufHeap
-	relWait     []*hostBuf
+	// with a ReadyQueue
+	qp          queuePolicy
+	rq          *throttle.ReadyQueue
+	queued      map[string]int // URLs in rq per host
+	buffered    int            // URLs in rq
 	idle        []*worker
-	buffered    int
 	dispatchGen uint64
 	dispatchAt  time.Time
 	dispatchSet bool
@@ -241,7 +244,9 @@ func (r *runner) done(w *worker, host string, tk any, resp Response, id int, gat
 }
 
 // released wakes what waits for a release of in: the heads waiting for a
-// slot, and the head for host, whose admission time may have changed.
+// slot, and the head for host, whose admission time may have changed. The
+// ReadyQueues on in heard of the release from the manager; their clients
+// with idle workers look again.
 func (r *runner) released(in *instance, host string) {
 	waiting := in.relWait
 	in.relWait = nil
@@ -255,105 +260,63 @@ func (r *runner) released(in *instance, host string) {
 		r.wake(in, q)
 	}
 	for _, c := range in.ready {
-		now := r.loop.Now()
-		for _, hb := range c.relWait {
-			if hb.relWait {
-				hb.relWait = false
-				hb.readyAt = now
-				heap.Push(&c.heap, hb)
-			}
-		}
-		c.relWait = c.relWait[:0]
-		if hb := c.bufs[host]; hb != nil && hb.idx >= 0 && hb.readyAt.After(now) {
-			hb.readyAt = now
-			heap.Fix(&c.heap, hb.idx)
-		}
-		r.scheduleDispatch(c, now)
+		r.scheduleDispatch(c, r.loop.Now())
 	}
 }
 
-// hostBuf is one host in a ready-time queue: its URLs taken from the
-// frontier and not sent yet, and when it can start next.
-type hostBuf struct {
-	host    string
-	n       int
-	readyAt time.Time
-	seq     uint64
-	idx     int // in the heap; -1 when not in it
-	relWait bool
-}
-
-// dispatch gives c's idle workers the URLs whose hosts can start now:
-// first the buffered hosts in order of their ready time, then new ones
-// from the frontier. Hosts that cannot start go back in the queue at the
-// time the policy gave, or wait for a release.
+// dispatch gives c's idle workers the requests its ReadyQueue says can
+// start now, pulling URLs from the frontier while none can. When idle
+// workers remain, it comes back at the soonest ready time the queue
+// named; a release brings it back sooner.
 func (r *runner) dispatch(c *client) {
-	now := r.loop.Now()
+	var next time.Time
 	for len(c.idle) > 0 {
-		var hb *hostBuf
-		if len(c.heap) > 0 && !c.heap[0].readyAt.After(now) {
-			hb = heap.Pop(&c.heap).(*hostBuf)
-		} else if hb = r.pull(c); hb == nil {
-			break
+		req, pm, at, err := c.rq.TryPop()
+		if err != nil {
+			panic(fmt.Sprintf("sim: ReadyQueue: %v", err))
 		}
-		tk, at, ok := c.inst.pol.Try(now, hb.host)
-		switch {
-		case ok:
-			w := c.idle[len(c.idle)-1]
-			c.idle = c.idle[:len(c.idle)-1]
-			hb.n--
-			c.buffered--
-			r.start(w, hb.host, tk)
-			if hb.n > 0 {
-				r.pushBuf(c, hb, now)
-			} else {
-				delete(c.bufs, hb.host)
+		if req == nil {
+			next = at
+			if !r.pull(c) {
+				break
 			}
-		case at.IsZero():
-			hb.relWait = true
-			c.relWait = append(c.relWait, hb)
-		default:
-			if !at.After(now) {
-				at = now.Add(time.Millisecond)
-			}
-			r.pushBuf(c, hb, at)
-		}
-	}
-	r.scheduleDispatch(c, time.Time{})
-}
-
-func (r *runner) pushBuf(c *client, hb *hostBuf, at time.Time) {
-	hb.readyAt = at
-	r.seq++
-	hb.seq = r.seq
-	heap.Push(&c.heap, hb)
-}
-
-// pull takes URLs from c's frontier until one is for a host not buffered
-// yet, and returns that host; URLs of buffered hosts join their host.
-func (r *runner) pull(c *client) *hostBuf {
-	for i := 0; i < maxPull && c.buffered < maxBuffered; i++ {
-		h := c.next()
-		c.buffered++
-		if hb := c.bufs[h]; hb != nil {
-			hb.n++
 			continue
 		}
-		hb := &hostBuf{host: h, n: 1, idx: -1}
-		c.bufs[h] = hb
-		return hb
+		host := req.URL.Host
+		w := c.idle[len(c.idle)-1]
+		c.idle = c.idle[:len(c.idle)-1]
+		c.buffered--
+		if c.queued[host]--; c.queued[host] == 0 {
+			delete(c.queued, host)
+		}
+		r.start(w, host, pm)
 	}
-	return nil
+	if len(c.idle) > 0 && !next.IsZero() {
+		r.scheduleDispatch(c, next)
+	}
 }
 
-// scheduleDispatch makes sure c dispatches when its earliest host is
-// ready (at, if not zero, is a time at which it must dispatch anyway).
-func (r *runner) scheduleDispatch(c *client, at time.Time) {
-	if at.IsZero() {
-		if len(c.idle) == 0 || len(c.heap) == 0 {
-			return
+// pull pushes URLs from c's frontier into its queue until one is for a
+// host the queue holds none of, and reports whether it found one.
+func (r *runner) pull(c *client) bool {
+	for i := 0; i < maxPull && c.buffered < maxBuffered; i++ {
+		h := c.next()
+		if err := c.rq.Push(c.qp.request(h), 0); err != nil {
+			panic(fmt.Sprintf("sim: ReadyQueue: %v", err))
 		}
-		at = c.heap[0].readyAt
+		c.buffered++
+		c.queued[h]++
+		if c.queued[h] == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// scheduleDispatch makes sure c dispatches at at, if it has idle workers.
+func (r *runner) scheduleDispatch(c *client, at time.Time) {
+	if len(c.idle) == 0 {
+		return
 	}
 	if c.dispatchSet && !c.dispatchAt.After(at) {
 		return
@@ -367,31 +330,4 @@ func (r *runner) scheduleDispatch(c *client, at time.Time) {
 			r.dispatch(c)
 		}
 	})
-}
-
-type bufHeap []*hostBuf
-
-func (h bufHeap) Len() int { return len(h) }
-func (h bufHeap) Less(i, j int) bool {
-	if !h[i].readyAt.Equal(h[j].readyAt) {
-		return h[i].readyAt.Before(h[j].readyAt)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h bufHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *bufHeap) Push(x any) {
-	b := x.(*hostBuf)
-	b.idx = len(*h)
-	*h = append(*h, b)
-}
-func (h *bufHeap) Pop() any {
-	old := *h
-	b := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	b.idx = -1
-	return b
 }

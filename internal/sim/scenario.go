@@ -190,8 +190,8 @@ const (
 // answers 200 in 500 ms and the polite rate is 1 req/s per host, so the
 // heavy host is bound by its Delay; one process with a pool of 16
 // workers. The worker-bound ideal is 16 / 0.5 s = 32 req/s. The throttle
-// runs twice: with a ready-time queue (TryAcquire: workers take the URL
-// whose host can start soonest) and blocking in frontier order, like the
+// runs twice: with a throttle.ReadyQueue (workers take the request whose
+// host can start soonest) and blocking in frontier order, like the
 // references. The run after the first minute is measured.
 func SkewScenario(d time.Duration) Scenario {
 	d = or(d, 10*time.Minute)
@@ -202,7 +202,7 @@ func SkewScenario(d time.Duration) Scenario {
 	}
 	ready := ThrottleDefault()
 	ready.Name, ready.Ready = "throttle/ready", true
-	ready.About = "throttle DefaultConfig, ready-time queue over TryAcquire"
+	ready.About = "throttle DefaultConfig, workers take requests from a throttle.ReadyQueue"
 	fifo := ThrottleDefault()
 	fifo.Name = "throttle/fifo"
 	fifo.About = "throttle DefaultConfig, workers block in frontier order"
