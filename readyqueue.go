@@ -230,12 +230,7 @@ func (q *ReadyQueue) Pop(ctx context.Context) (*http.Request, *Permit, error) {
 		var timerC <-chan time.Time
 		switch {
 		case first && !at.IsZero():
-			if timer == nil {
-				timer = q.m.clock.NewTimer(at.Sub(now))
-			} else {
-				timer.Reset(at.Sub(now))
-			}
-			timerC = timer.C()
+			timerC = q.m.armUntil(&timer, at) // now may be stale: see armUntil
 		case timer != nil:
 			timer.Stop()
 		}

@@ -233,15 +233,11 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			timer.Stop()
 		}
 	}()
-	wait := func(d time.Duration, c <-chan struct{}) error {
+	// wait waits for c, ctx, or until on the manager's clock (zero: no time).
+	wait := func(until time.Time, c <-chan struct{}) error {
 		var tc <-chan time.Time
-		if d > 0 {
-			if timer == nil {
-				timer = m.clock.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			tc = timer.C()
+		if !until.IsZero() {
+			tc = m.armUntil(&timer, until)
 		}
 		select {
 		case <-ctx.Done():
@@ -252,7 +248,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 		return nil
 	}
 	if d := notBefore.Sub(m.clock.Now()); d > 0 {
-		if err := wait(d, nil); err != nil {
+		if err := wait(notBefore, nil); err != nil {
 			return nil, &WaitError{Reason: ReasonGate, ReadyAt: notBefore, Err: err}
 		}
 	}
@@ -267,7 +263,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 	}()
 	for {
 		for !m.global.take(gw) {
-			if err := wait(0, gw.wake); err != nil {
+			if err := wait(time.Time{}, gw.wake); err != nil {
 				m.global.leave(gw)
 				return nil, &WaitError{Reason: ReasonGlobal, Err: err}
 			}
@@ -307,7 +303,11 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			}
 			counted = true
 		}
-		if err := wait(d, sw.wake); err != nil {
+		var until time.Time
+		if d > 0 {
+			until = local.Add(d)
+		}
+		if err := wait(until, sw.wake); err != nil {
 			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, Err: err}
 		}
 	}

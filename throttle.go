@@ -1040,13 +1040,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		}
 		var timerC <-chan time.Time
 		if !adm.At.IsZero() {
-			d := adm.At.Sub(now)
-			if w.timer == nil {
-				w.timer = m.clock.NewTimer(d)
-			} else {
-				w.timer.Reset(d)
-			}
-			timerC = w.timer.C()
+			timerC = m.armUntil(&w.timer, adm.At)
 		} else if w.timer != nil {
 			w.timer.Stop()
 		}
@@ -1070,6 +1064,41 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 
 // Waiting returns the number of callers blocked in Acquire now.
 func (m *ThrottlingManager) Waiting() int { return int(m.waiting.Load()) }
+
+// armUntil sets *t to fire at the clock's time at, and returns its channel
+// (a ready one when at has come). A Clock's timers take durations, so the
+// duration is computed from the time read just before arming; if the clock
+// moved meanwhile (a fake clock advanced by a test's goroutine, which may
+// already have fired the previous timer), it is armed again from the new
+// time, so the timer is never late by the move, or, for a fake clock that
+// moved exactly to at, pending forever.
+func (m *ThrottlingManager) armUntil(t *Timer, at time.Time) <-chan time.Time {
+	for {
+		cur := m.clock.Now()
+		d := at.Sub(cur)
+		if d <= 0 {
+			if *t != nil {
+				(*t).Stop()
+			}
+			return readyTimeC
+		}
+		if *t == nil {
+			*t = m.clock.NewTimer(d)
+		} else {
+			(*t).Reset(d)
+		}
+		if m.clock.Now().Sub(cur) < time.Millisecond {
+			return (*t).C()
+		}
+	}
+}
+
+// readyTimeC is a channel that always has a value: a timer already due.
+var readyTimeC = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // dequeue takes w out of its scopes' queues and wakes, in each, the first
 // waiter that may need the place w leaves.
