@@ -213,6 +213,12 @@ func (s *defaultScope) sharedLimits(now time.Time, sc *StoreScope) {
 	sc.Concurrency = s.concurrency()
 	sc.Delay, _ = s.delay()
 	sc.Jitter = s.drawJitter()
+	if _, why := s.delay(); why == ReasonBackoff && sc.Delay > 0 {
+		// As gap does locally: backoff's narrower jitter never brings a
+		// start closer than the scope's own Delay*(1+Jitter.Min).
+		own, _ := s.ownDelay()
+		sc.Jitter = max(sc.Jitter, float64(scaleDuration(own, 1+s.cfg.Jitter.Min))/float64(sc.Delay))
+	}
 	sc.SlotDelay = s.cfg.SlotDelay
 	if s.cfg.Quota > 0 {
 		sc.Quota, sc.Window = s.cfg.Quota, s.cfg.Window

@@ -157,7 +157,10 @@ type defaultScope struct {
 	// put every scope in the 896-byte one.
 	started    bool
 	lastSignal bool // the last response learned from was a backoff signal
-	effConc    int
+	// backoffJitter says the previous start drew its jitter from
+	// Backoff.Jitter (see gap); it shares started's padding word.
+	backoffJitter bool
+	effConc       int
 
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
@@ -229,6 +232,16 @@ func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.ef
 func (s *defaultScope) concurrency() int { return s.effConc }
 
 func (s *defaultScope) combineDelay() (time.Duration, Reason) {
+	d, why := s.ownDelay()
+	if b := s.backoff.delay; b > d {
+		d, why = b, ReasonBackoff
+	}
+	return d, why
+}
+
+// ownDelay is the delay without backoff: configured (or rampup's),
+// robots.txt's or AutoThrottle's, whichever is largest.
+func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 	d, why := s.baseDelay(), ReasonDelay
 	if s.robots > d && !s.cfg.IgnoreRobotsTxt {
 		d, why = s.robots, ReasonRobots
@@ -236,10 +249,27 @@ func (s *defaultScope) combineDelay() (time.Duration, Reason) {
 	if a := s.auto.current(&s.cfg); a > d {
 		d, why = a, ReasonDelay
 	}
-	if b := s.backoff.delay; b > d {
-		d, why = b, ReasonBackoff
-	}
 	return d, why
+}
+
+// gap is the least time from the previous start to the next one, with d
+// the delay in effect: d times the jitter drawn at the previous start.
+//
+// Backoff only ever tightens (DESIGN rule 9): when that jitter came from
+// Backoff.Jitter (±10 %), which may reach lower than the scope's Jitter,
+// the gap is never shorter than the delay without backoff times
+// 1+Jitter.Min, as it could be without backoff. Else a backoff delay
+// settled just above the configured one (1.03 s for Delay 1 s with Jitter
+// off), or the first start after backoff ended, could follow the previous
+// start by less than Delay (found by TestStressInvariants; see
+// TestBackoffJitterNeverBelowDelay).
+func (s *defaultScope) gap(d time.Duration) time.Duration {
+	g := scaleDuration(d, s.jitter)
+	if s.backoffJitter {
+		own, _ := s.ownDelay()
+		g = max(g, scaleDuration(own, 1+s.cfg.Jitter.Min))
+	}
+	return g
 }
 
 func (s *defaultScope) combineConcurrency() int {
@@ -271,7 +301,7 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	if s.started {
 		d, r := s.delay()
 		next := s.lastStart
-		if d = scaleDuration(d, s.jitter); d != 0 {
+		if d = s.gap(d); d != 0 {
 			next = next.Add(d) // Add(0) changes nothing but costs ~70 instructions
 		}
 		later(next, r)
@@ -348,6 +378,8 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	}
 	s.started, s.lastStart = true, now
 	s.jitter = s.drawJitter()
+	_, why := s.delay()
+	s.backoffJitter = why == ReasonBackoff // drawJitter took Backoff.Jitter
 	if s.cfg.Quota > 0 {
 		t.Window = s.quota.add(now, &s.cfg, cost)
 	}
@@ -460,7 +492,7 @@ func (s *defaultScope) Idle(now time.Time) Idleness {
 		return Busy
 	}
 	if s.started {
-		if d, _ := s.delay(); now.Before(s.lastStart.Add(scaleDuration(d, s.jitter))) {
+		if d, _ := s.delay(); now.Before(s.lastStart.Add(s.gap(d))) {
 			return Busy
 		}
 	}
