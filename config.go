@@ -24,9 +24,11 @@ type Config struct {
 	// ScopeConfigFunc, if not nil, computes the configuration of scopes not
 	// in Scopes (pattern rules such as "*.example.com"). It gets the scope
 	// key and a copy of Default; ok=false means "use Default". It is called
-	// once when a scope is first seen (again after the scope was forgotten
-	// for idleness), may run concurrently, and its result is validated
-	// then: an invalid one makes Acquire fail with a *ConfigError.
+	// when a scope is first seen (again after the scope was forgotten for
+	// idleness), may run concurrently (callers that see a new scope at
+	// once may each call it for the same key, and all but one result are
+	// dropped), and its result is validated then: an invalid one makes
+	// Acquire fail with a *ConfigError.
 	ScopeConfigFunc func(scope string, def ScopeConfig) (cfg ScopeConfig, ok bool)
 
 	// GlobalConcurrency caps permits held at once across all scopes.

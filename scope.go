@@ -108,7 +108,9 @@ type ScopeParams struct {
 	GlobalConcurrency int
 }
 
-// A ScopeManagerFactory makes the ScopeManager of one scope.
+// A ScopeManagerFactory makes the ScopeManager of one scope. Callers that
+// see a new scope at once may each call it for the same key: the manager
+// keeps one of the ScopeManagers and drops the others unused.
 type ScopeManagerFactory func(p ScopeParams) ScopeManager
 
 // NewDefaultScopeManager returns the default policy: slots, delay, slot
