@@ -161,6 +161,32 @@ func FuzzNormalizeHost(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
+		if len(in) > 4<<10 {
+			in = in[:4<<10] // bounded work per input; stretchHost goes past the caps
+		}
+		checkNormalizeHost(t, in)
+		// Past the caps: a key is never longer than a host name can be,
+		// however long the input (an IPv6 zone included).
+		if in != "" {
+			for _, long := range stretchHost(in) {
+				if got, err := NormalizeHost(long); err == nil && len(got) > maxHostLen {
+					t.Fatalf("NormalizeHost(%.80q... (%d bytes)) = %d bytes, more than %d", long, len(long), len(got), maxHostLen)
+				}
+			}
+		}
+	})
+}
+
+// stretchHost returns in repeated past NormalizeHost's input cap, and in
+// with its middle byte repeated as far (a long label, a long IPv6 zone).
+func stretchHost(in string) []string {
+	n := 4*maxHostLen/len(in) + 2
+	mid := len(in) / 2
+	return []string{strings.Repeat(in, n), in[:mid] + strings.Repeat(in[mid:mid+1], 4*maxHostLen+2) + in[mid:]}
+}
+
+func checkNormalizeHost(t *testing.T, in string) {
+	{
 		// None of these may panic, whatever the input.
 		_ = RegistrableDomain(in)
 		if h := DomainHierarchy(in); len(h) == 0 || len(h) > MaxScopesPerRequest {
@@ -174,8 +200,8 @@ func FuzzNormalizeHost(f *testing.F) {
 			}
 			return
 		}
-		if got == "" {
-			t.Fatalf("NormalizeHost(%q) = empty, no error", in)
+		if got == "" || len(got) > maxHostLen {
+			t.Fatalf("NormalizeHost(%q) = %q: empty or longer than %d bytes, no error", in, got, maxHostLen)
 		}
 		if got != strings.ToLower(got) {
 			t.Fatalf("NormalizeHost(%q) = %q, not lower-case", in, got)
@@ -198,5 +224,25 @@ func FuzzNormalizeHost(f *testing.F) {
 				t.Fatalf("DomainHierarchy(%q) = %q: %q not under %q", got, h, h[i], h[i-1])
 			}
 		}
-	})
+	}
+}
+
+// TestNormalizeHostLongZone: an IPv6 literal is refused, like a name, when
+// it is longer than a host name can be. netip.ParseAddr takes a zone of any
+// length, so "[fe80::1%25" + 2000 letters + "]" used to give a 2010-byte
+// scope key (found by FuzzNormalizeHost).
+func TestNormalizeHostLongZone(t *testing.T) {
+	got, err := NormalizeHost("[fe80::1%25en0]:8080")
+	if err != nil || got != "fe80::1%25en0" {
+		t.Errorf("short zone: %q, %v", got, err)
+	}
+	for _, in := range []string{
+		"[fe80::1%25" + strings.Repeat("a", 2000) + "]",
+		"fe80::1%" + strings.Repeat("a", maxHostLen),
+		strings.Repeat("[fe80::1%25en0]", 70),
+	} {
+		if got, err := NormalizeHost(in); !errors.Is(err, ErrInvalidHost) {
+			t.Errorf("NormalizeHost(%d bytes) = %d bytes, %v; want ErrInvalidHost", len(in), len(got), err)
+		}
+	}
 }

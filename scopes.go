@@ -92,6 +92,12 @@ func NormalizeHost(hostport string) (string, error) {
 		return h, nil
 	}
 	if strings.IndexByte(h, ':') >= 0 { // IPv6 literal, possibly with a zone
+		// netip takes a zone of any length: without the length check a
+		// URL could make a scope key of any size (found by
+		// FuzzNormalizeHost; a real address with its zone is far shorter).
+		if len(h) > maxHostLen {
+			return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
+		}
 		ip, err := netip.ParseAddr(h)
 		if err != nil || strings.HasSuffix(h, ".") { // "::1%eth0." has a zone "eth0."
 			return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
