@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -711,6 +713,16 @@ func FuzzParseRobots(f *testing.F) {
 	f.Add([]byte(""), "", "")
 
 	f.Fuzz(func(t *testing.T, data []byte, agent, path string) {
+		// Bounded work per input: the parse is linear, the reference
+		// matcher below is budgeted, and past the caps goes overCap.
+		if len(data) > 64<<10 || len(agent) > 1<<10 || len(path) > 64<<10 {
+			t.Skip()
+		}
+		if len(data) > 0 && crc32.ChecksumIEEE(data)%64 == 0 {
+			// One input in 64, by a hash: the fuzzer can't make every
+			// input (or its minimisation) pay for three 500 KiB parses.
+			robotsOverCap(t, data, agent, path)
+		}
 		r := ParseRobotsBytes(data)
 		r2, err := ParseRobots(bytes.NewReader(data))
 		if err != nil {
@@ -737,32 +749,117 @@ func FuzzParseRobots(f *testing.F) {
 			t.Fatalf("Delay = %v, %v; CrawlDelay = %v, %v; RequestRate = %v, %v", d, ok, cd, cdOK, rr, rrOK)
 		}
 
-		// Cross-check matching and rule precedence against a naive reference.
-		np := normalizePath(path)
-		if len(np) > maxPathLen {
-			t.Fatalf("normalised path too long: %d", len(np))
-		}
-		if p, _, _ := strings.Cut(np, "?"); p == "/robots.txt" {
-			return
-		}
-		bestLen, want := -1, true
-		budget := 1 << 22 // keep the quadratic reference cheap
-		for _, i := range r.matching(agent) {
-			for _, ru := range r.groups[i].rules {
-				if budget -= (len(ru.pattern) + 1) * (len(np) + 1); budget < 0 {
-					return
-				}
-				m := refMatch(ru, np)
-				if m != ru.matches(np) {
-					t.Fatalf("pattern %q (anchored %v) on %q: matches = %v, reference %v", ru.pattern, ru.anchored, np, !m, m)
-				}
-				if m && (ru.length > bestLen || ru.length == bestLen && ru.allow) {
-					bestLen, want = ru.length, ru.allow
-				}
+		checkAllowed(t, r, agent, path, allowed)
+	})
+}
+
+// checkAllowed cross-checks Allowed's answer for path, and its matching
+// and rule precedence, against a naive reference.
+func checkAllowed(t *testing.T, r *Robots, agent, path string, allowed bool) {
+	t.Helper()
+	np := normalizePath(path)
+	if len(np) > maxPathLen {
+		t.Fatalf("normalised path too long: %d", len(np))
+	}
+	if p, _, _ := strings.Cut(np, "?"); p == "/robots.txt" {
+		return
+	}
+	bestLen, want := -1, true
+	budget := 1 << 22 // keep the quadratic reference cheap
+	for _, i := range r.matching(agent) {
+		for _, ru := range r.groups[i].rules {
+			if budget -= (len(ru.pattern) + 1) * (len(np) + 1); budget < 0 {
+				return
+			}
+			m := refMatch(ru, np)
+			if m != ru.matches(np) {
+				t.Fatalf("pattern %q (anchored %v) on %q: matches = %v, reference %v", ru.pattern, ru.anchored, np, !m, m)
+			}
+			if m && (ru.length > bestLen || ru.length == bestLen && ru.allow) {
+				bestLen, want = ru.length, ru.allow
 			}
 		}
-		if allowed != want {
-			t.Fatalf("Allowed = %v, reference %v", allowed, want)
+	}
+	if allowed != want {
+		t.Fatalf("Allowed = %v, reference %v", allowed, want)
+	}
+}
+
+// robotsOverCap feeds the parser and the matcher inputs past their caps,
+// built from a fuzz input: the file repeated past MaxRobotsSize (as bytes,
+// and as an endless reader), and the path stretched past what Allowed
+// reads. What lies past a cap changes nothing, and the parse keeps within
+// maxRules rules and a bounded size.
+func robotsOverCap(t *testing.T, data []byte, agent, path string) {
+	big := bytes.Repeat(data, MaxRobotsSize/len(data)+2)
+	r := ParseRobotsBytes(big)
+	// The documented cut: the first MaxRobotsSize bytes, less a last line
+	// that is not terminated.
+	cut := big[:MaxRobotsSize]
+	if i := bytes.LastIndexAny(cut, "\r\n"); i >= 0 {
+		cut = cut[:i+1]
+	} else {
+		cut = nil
+	}
+	if want := ParseRobotsBytes(cut); !reflect.DeepEqual(r, want) {
+		t.Fatalf("a %d-byte file parses unlike its first %d bytes", len(big), len(cut))
+	}
+	// An endless body of the same bytes: read up to the cap, and no more.
+	endless := &countingReader{r: &repeatReader{b: data}}
+	r2, err := ParseRobots(endless)
+	if err != nil {
+		t.Fatalf("ParseRobots(endless): %v", err)
+	}
+	if endless.n > MaxRobotsSize {
+		t.Fatalf("ParseRobots read %d bytes of an endless body, more than %d", endless.n, MaxRobotsSize)
+	}
+	if !reflect.DeepEqual(r2, r) {
+		t.Fatalf("ParseRobots(endless) parses unlike the file cut at the cap")
+	}
+	rules, size := 0, 0
+	for _, g := range r.groups {
+		rules += len(g.rules)
+		for _, ru := range g.rules {
+			size += len(ru.pattern)
 		}
-	})
+	}
+	// Normalising encodes a raw non-ASCII byte as %XX: at most 3 bytes
+	// of pattern for one of input.
+	if rules > maxRules || size > 3*MaxRobotsSize {
+		t.Fatalf("%d rules, %d bytes of patterns from a %d-byte window", rules, size, MaxRobotsSize)
+	}
+	long := path + strings.Repeat("a", 3*maxPathLen+3)
+	if len(path) > 0 {
+		mid := len(path) / 2
+		long = path[:mid] + strings.Repeat(path[mid:mid+1], 3*maxPathLen+3) + path[mid:]
+	}
+	checkAllowed(t, r, agent, long, r.Allowed(agent, long))
+}
+
+// repeatReader reads b over and over, without end.
+type repeatReader struct {
+	b []byte
+	i int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], r.b[r.i:])
+		n += c
+		r.i = (r.i + c) % len(r.b)
+	}
+	return n, nil
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
