@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
@@ -446,9 +447,27 @@ func FuzzParseRetryAfter(f *testing.F) {
 	f.Add("Sun, 06 Nov 1994 08:49:37 GMT", int64(math.MinInt64))
 	f.Add("Fri, 31 Dec 9999 23:59:59 GMT", int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, v string, nowSec int64) {
+		if len(v) > 64<<10 {
+			t.Skip() // bounded work per input; the caps are gone past below
+		}
 		d, ok := ParseRetryAfter(v, time.Unix(nowSec, 0))
 		checkWait(t, "ParseRetryAfter", d, ok)
 		s := strings.Trim(v, " \t")
+		// Past the caps: however many digits, MaxServerWait; a date no
+		// longer than the longest date format.
+		if allDigits(s) {
+			if d, ok := ParseRetryAfter(s+strings.Repeat("9", 40), time.Unix(nowSec, 0)); !ok || d != MaxServerWait {
+				t.Fatalf("ParseRetryAfter(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxServerWait)
+			}
+		} else if ok {
+			if len(s) > maxHTTPDateLen {
+				t.Fatalf("ParseRetryAfter(%q) accepted a date of %d bytes", v, len(s))
+			}
+			mid := len(s) / 2
+			if _, ok := ParseRetryAfter(s[:mid]+strings.Repeat(s[mid:mid+1], maxHTTPDateLen)+s[mid:], time.Unix(nowSec, 0)); ok {
+				t.Fatalf("ParseRetryAfter(%q stretched past %d bytes) accepted", s, maxHTTPDateLen)
+			}
+		}
 		if allDigits(s) {
 			if !ok {
 				t.Fatalf("ParseRetryAfter(%q) rejected delta-seconds", v)
@@ -489,9 +508,27 @@ func FuzzParseRateLimit(f *testing.F) {
 		f.Add(v)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
+		if len(v) > 64<<10 {
+			t.Skip() // bounded work per input; the caps are gone past below
+		}
 		items, ok := ParseRateLimit(v)
 		if ok != (items != nil) || ok && (len(items) == 0 || len(items) > maxSFItems) {
 			t.Fatalf("ParseRateLimit(%q) = (%d items, %v)", v, len(items), ok)
+		}
+		if ok {
+			// Past the caps: more than maxSFItems items, or more than
+			// maxSFParams parameters on the last one, make the field
+			// malformed.
+			if _, ok := ParseRateLimit(strings.Repeat(v+", ", maxSFItems) + v); ok {
+				t.Fatalf("ParseRateLimit(%q repeated %d times) accepted", v, maxSFItems+1)
+			}
+			var params strings.Builder
+			for i := range maxSFParams + 1 {
+				fmt.Fprintf(&params, ";zz%d=1", i)
+			}
+			if _, ok := ParseRateLimit(v + params.String()); ok {
+				t.Fatalf("ParseRateLimit(%q + %d parameters) accepted", v, maxSFParams+1)
+			}
 		}
 		for _, it := range items {
 			checkWait(t, "ParseRateLimit t", it.Reset, it.HasReset)
@@ -563,9 +600,18 @@ func FuzzParseXRateLimitReset(f *testing.F) {
 	f.Add("1700000000", int64(math.MaxInt64), int64(math.MinInt64))
 	f.Add("99999999999999999", int64(math.MinInt64), int64(999999999))
 	f.Fuzz(func(t *testing.T, v string, nowSec, nowNsec int64) {
+		if len(v) > 64<<10 {
+			t.Skip() // bounded work per input; the caps are gone past below
+		}
 		d, ok := ParseXRateLimitReset(v, time.Unix(nowSec, nowNsec))
 		checkWait(t, "ParseXRateLimitReset", d, ok)
 		s := strings.Trim(v, " \t")
+		if allDigits(s) {
+			// However many digits: an epoch in milliseconds, far ahead.
+			if d, ok := ParseXRateLimitReset(s+strings.Repeat("9", 40), time.Unix(nowSec, nowNsec)); !ok || d != MaxServerWait {
+				t.Fatalf("ParseXRateLimitReset(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxServerWait)
+			}
+		}
 		if n, err := strconv.ParseUint(s, 10, 64); err == nil && allDigits(s) {
 			if !ok {
 				t.Fatalf("ParseXRateLimitReset(%q) rejected digits", v)
@@ -589,6 +635,9 @@ func FuzzParseServerWait(f *testing.F) {
 	f.Add("99999999999999999999", `"a";r=1;t=999999999999999`, "99999999999999999999", "99999999999999999999", "99999999999999999999", "99999999999999999999", "", int64(math.MinInt64))
 	f.Add(strings.Repeat(" ", 4096)+"5", "", "", "", strings.Repeat("9", 5000), "", "", int64(0))
 	f.Fuzz(func(t *testing.T, retryAfter, rateLimit, rlReset, rlRemaining, xReset, xRemaining, policy string, nowSec int64) {
+		if len(retryAfter)+len(rateLimit)+len(rlReset)+len(rlRemaining)+len(xReset)+len(xRemaining)+len(policy) > 64<<10 {
+			t.Skip() // bounded work per input; the caps are gone past below
+		}
 		now := time.Unix(nowSec, 0)
 		h := http.Header{}
 		h.Set("Retry-After", retryAfter)
@@ -603,6 +652,17 @@ func FuzzParseServerWait(f *testing.F) {
 
 		sw := ParseServerWait(h, now)
 		checkWait(t, "ParseServerWait", sw.Wait, sw.Present)
+
+		// Past the cap: a value longer than maxHeaderValueLen (here, with
+		// whitespace the parsers would trim) counts as absent.
+		for _, k := range []string{"Retry-After", "Ratelimit", "Ratelimit-Policy", "Ratelimit-Reset", "X-Ratelimit-Reset", "X-Ratelimit-Remaining"} {
+			long, without := h.Clone(), h.Clone()
+			long.Set(k, h.Get(k)+strings.Repeat(" ", maxHeaderValueLen))
+			without.Del(k)
+			if a, b := ParseServerWait(long, now), ParseServerWait(without, now); a != b {
+				t.Fatalf("ParseServerWait with an over-long %s = %+v, without it %+v", k, a, b)
+			}
+		}
 		if sw.Remaining < -1 || sw.Exhausted != (sw.Remaining == 0) {
 			t.Fatalf("ParseServerWait: inconsistent %+v", sw)
 		}
