@@ -98,6 +98,11 @@ func FuzzImport(f *testing.F) {
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[]}`)
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":1,"r":{"p":1e308}}}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
+		// Bounded work per input. MaxImportSize (256 MiB) is too large to
+		// go past here, one input at a time.
+		if len(in) > 1<<20 {
+			t.Skip()
+		}
 		cfg := exportConfig()
 		cfg.Default.Rampup.Enabled = true
 		m := newManager(t, cfg)
@@ -108,7 +113,31 @@ func FuzzImport(f *testing.F) {
 			}
 			return
 		}
-		// Whatever was imported, the scopes still admit and export.
+		if m.Len() != n {
+			t.Fatalf("imported %d scopes, holds %d", n, m.Len())
+		}
+		// Whatever was imported, the scopes still admit: a first request
+		// at once, a second one after at most the largest delay a policy
+		// learns (never "wait for a release" with nothing held).
+		st := m.Stats()
+		for _, ss := range st.Scopes {
+			req, _ := http.NewRequestWithContext(WithScopes(context.Background(), ss.Key), http.MethodGet, "http://x.test/", nil)
+			p, adm, err := m.TryAcquire(req)
+			if err != nil || p == nil {
+				t.Fatalf("scope %q refuses a first request: %v %+v", ss.Key, err, adm)
+			}
+			p.ReleaseFeedback(Feedback{Status: 200, NoAdjust: true})
+			p, adm, err = m.TryAcquire(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p != nil {
+				p.ReleaseFeedback(Feedback{Status: 200, NoAdjust: true})
+			} else if limit := time.Now().Add(2 * cfg.Default.Backoff.MaxDelay); adm.At.IsZero() || adm.At.After(limit) {
+				t.Fatalf("scope %q then refuses with %+v (%v from now)", ss.Key, adm, time.Until(adm.At))
+			}
+		}
+		// And they export.
 		var buf bytes.Buffer
 		if err := m.Export(&buf); err != nil {
 			t.Fatal(err)
