@@ -184,6 +184,12 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		if ctx.Err() != nil {
 			return ans, &WaitError{Err: ctx.Err()}
 		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// The caller's deadline ended the call (a connection's read
+			// deadline can fire before the context's own timer marks it
+			// done): the caller gave up, the store did not fail.
+			return ans, &WaitError{Err: context.DeadlineExceeded}
+		}
 		if err := m.storeFailed("admit", err); err != nil {
 			return ans, err
 		}
