@@ -67,8 +67,9 @@ func ExampleThrottlingManager_Acquire() {
 			if err != nil {
 				panic(err)
 			}
-			starts <- clock.Now().Sub(t0)
+			started := clock.Now().Sub(t0)
 			p.Release(&http.Response{StatusCode: 200}, nil) // a quick response
+			starts <- started                               // released: the clock may move on
 		}()
 	}
 	fmt.Println(<-starts) // the first starts at once

@@ -997,6 +997,11 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 	if err := m.relock(hs, now); err != nil {
 		return nil, err
 	}
+	// The time is read with the scopes locked: a clock read before
+	// waiting for the locks may be stale by then (a fake clock that a
+	// test moves on meanwhile), and a start would be recorded, and the
+	// next wait timed, from a moment already past.
+	now = m.clock.Now()
 	for i := range hs {
 		hs[i].s.queue.push(&w.nodes[i])
 	}
@@ -1054,11 +1059,11 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		case <-w.wake:
 		case <-timerC:
 		}
-		now = m.clock.Now()
 		if m.cfg.MaxHold > 0 {
-			m.reclaim(now)
+			m.reclaim(m.clock.Now())
 		}
 		lockAll(hs)
+		now = m.clock.Now() // with the scopes locked, as above
 	}
 }
 
