@@ -1,49 +1,11 @@
 package throttle
 
 import (
-	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/crawlerkit/throttle/internal/leakcheck"
 )
 
 // TestMain fails the run if goroutines started by this package's code are
-// still alive after every test (synctest bubbles check their own; this
-// catches the tests on real time and real sockets).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines waits up to d for goroutines running code of this
-// package (other than this one) to end, and returns their stacks if any
-// remain.
-func leakedGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "crawlerkit/throttle.") && !strings.Contains(g, "throttle.leakedGoroutines") &&
-				!strings.Contains(g, "throttle.TestMain") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// still alive after every test.
+func TestMain(m *testing.M) { leakcheck.Main(m, "crawlerkit/throttle.") }

@@ -289,14 +289,16 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // Feedback in the Permit instead would make the Permit 248 bytes, not 128:
 // that costs every Acquire more than the copy costs a custom policy.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
-	if e := p.ext; e != nil && e.hlisted {
-		m.holds.remove(p)
-	}
-	if e := p.ext; e != nil && e.shared {
-		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
-		m.releaseShared(p, now, &cp)
-		m.notifyRelease(p.scopes) // readyqueue.go
-		return
+	if e := p.ext; e != nil {
+		if e.hlisted {
+			m.holds.remove(p)
+		}
+		if e.shared {
+			cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
+			m.releaseShared(p, now, &cp)
+			m.notifyRelease(p.scopes) // readyqueue.go
+			return
+		}
 	}
 	watch := m.cfg.Hooks.watchesPolicy()
 	var ev hookEvents
@@ -395,20 +397,28 @@ func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Pe
 // going through rt (nil for manual callers).
 func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if !m.slowAcquire {
-		return m.acquire2(ctx, req, notBefore, rt)
-	}
-	if m.cfg.Hooks.Admitted == nil {
-		return m.acquire1(ctx, req, notBefore, rt)
+		return m.acquireNow(ctx, req, notBefore, rt)
 	}
 	called := m.clock.Now()
-	p, err := m.acquire1(ctx, req, notBefore, rt)
+	if m.cfg.MaxHold > 0 {
+		m.reclaim(called)
+	}
+	p, err := m.acquireNow(ctx, req, notBefore, rt)
 	if err == nil {
 		m.admitted(p, called)
 	}
 	return p, err
 }
 
+// admitted does what a granted permit needs beyond the fast path
+// (m.slowAcquire): listing it for MaxHold, and the Admitted hook.
 func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
+	if m.cfg.MaxHold > 0 {
+		m.holds.add(p, m.clock.Now())
+	}
+	if m.cfg.Hooks.Admitted == nil {
+		return
+	}
 	ok := false
 	defer func() {
 		if !ok { // the hook panicked: the caller never gets p, so give it back
@@ -419,19 +429,8 @@ func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
 	ok = true
 }
 
-func (m *ThrottlingManager) acquire1(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
-	if m.cfg.MaxHold <= 0 {
-		return m.acquire2(ctx, req, notBefore, rt)
-	}
-	m.reclaim(m.clock.Now())
-	p, err := m.acquire2(ctx, req, notBefore, rt)
-	if err == nil {
-		m.holds.add(p, m.clock.Now())
-	}
-	return p, err
-}
-
-func (m *ThrottlingManager) acquire2(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+// acquireNow is acquire without what m.slowAcquire adds.
+func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -507,10 +506,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		unusedPermits.Put(p)
 		return nil, adm, err
 	}
-	if m.cfg.MaxHold > 0 {
-		m.holds.add(p, now)
-	}
-	if m.cfg.Hooks.Admitted != nil {
+	if m.slowAcquire {
 		m.admitted(p, now)
 	}
 	return p, Admission{}, nil

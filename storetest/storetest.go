@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -330,7 +331,7 @@ func waitWaiting(t *testing.T, m *throttle.ThrottlingManager) {
 		if time.Now().After(deadline) {
 			t.Fatal("no caller started waiting")
 		}
-		time.Sleep(time.Millisecond) // a real goroutine's progress, not a rule's time
+		runtime.Gosched() // let the Acquire goroutine reach its wait
 	}
 }
 
