@@ -19,6 +19,10 @@
 // only when another worker stored learned state for the same scope in
 // between (the manager merges and sends again). Scripts are loaded when the
 // store is made and after a Redis restart (EVALSHA falls back to EVAL).
+// Concurrent callers' scripts travel together: a few sender goroutines per
+// store send whatever is queued as one pipeline (pipeline.go), so 50
+// goroutines share round trips while each script still runs alone and
+// atomically.
 //
 // # Time
 //
@@ -73,9 +77,11 @@
 // deadline in Redis time (the store keeps an estimate of Redis's clock,
 // from TIME at New and from every admission's reply), and admit.lua
 // refuses it past that deadline, so no slot is taken for a caller that
-// stopped waiting; only a reply lost within one round trip of the
-// deadline leaves such a lease, and it expires after LeaseTTL. With
-// Options.Clock no deadline is sent.
+// stopped waiting. An admission that Redis ran before the deadline but
+// whose caller had left by the reply is given back at once (its leases
+// and quota costs) by the store; only a reply lost altogether leaves
+// such a lease, and it expires after LeaseTTL. With Options.Clock no
+// deadline is sent.
 package redisstore
 
 import (
@@ -148,6 +154,10 @@ type Store struct {
 	stop     chan struct{}
 	done     sync.WaitGroup
 
+	queue   chan *call // to the senders (pipeline.go)
+	qmu     sync.RWMutex
+	qclosed bool
+
 	// offset estimates Redis's clock minus ours, in µs, once clockKnown:
 	// admissions carry their deadline in Redis time.
 	offset     atomic.Int64
@@ -218,7 +228,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Store{rdb: rdb, opts: opts, channel: opts.Prefix + "released",
-		leases: make(map[string]*heldLease), watchers: make(map[int]func(string)), stop: make(chan struct{})}
+		leases: make(map[string]*heldLease), watchers: make(map[int]func(string)), stop: make(chan struct{}),
+		queue: make(chan *call, 4*maxBatch)}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
 	for _, sc := range []*redis.Script{admitScript, releaseScript, renewScript} {
@@ -232,8 +243,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 			s.noteClock(sent, time.Now(), t)
 		}
 	}
-	s.done.Add(1)
+	s.done.Add(1 + senders)
 	go s.renewLoop()
+	for range senders {
+		go s.sender()
+	}
 	return s, nil
 }
 
@@ -246,6 +260,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.qmu.Lock() // no call is queued after this
+	s.qclosed = true
+	s.qmu.Unlock()
 	close(s.stop)
 	ps := s.pubsub
 	s.pubsub = nil
@@ -322,8 +339,12 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
 			strconv.FormatFloat(sc.Jitter, 'g', -1, 64), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
 	}
-	sent := time.Now()
-	res, err := admitScript.Run(ctx, s.rdb, keys, args...).Slice()
+	c := &call{script: admitScript, keys: keys, args: args,
+		abandoned: func(cmd *redis.Cmd) *call { return s.giveBack(cmd, lease, scopes) }}
+	if err := s.run(ctx, c); err != nil {
+		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
+	}
+	res, err := c.cmd.Slice()
 	if err != nil {
 		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
 	}
@@ -338,7 +359,7 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		Learned:  make([]throttle.StoreLearned, len(scopes)),
 	}
 	if s.opts.Clock == nil {
-		s.noteClock(sent, time.Now(), ans.Now)
+		s.noteClock(c.sent, c.recv, ans.Now)
 	}
 	if at := toInt(res[2]); at > 0 {
 		ans.At = time.UnixMicro(at)
@@ -461,6 +482,29 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 		delete(s.leases, lease)
 		s.mu.Unlock()
 	}
+	c := s.releaseCall(lease, scopes)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if err := s.run(ctx, c); err != nil {
+		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+	}
+	res, err := c.cmd.Slice()
+	if err != nil {
+		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+	}
+	var ans throttle.StoreReleaseAnswer
+	for i := 0; i+2 < len(res); i += 3 {
+		c := throttle.StoreConflict{Scope: int(toInt(res[i])) - 1 + base, Learned: throttle.StoreLearned{Version: toInt(res[i+1])}}
+		if d, _ := res[i+2].(string); d != "" {
+			c.Learned.Data = []byte(d)
+		}
+		ans.Conflicts = append(ans.Conflicts, c)
+	}
+	return ans, nil
+}
+
+// releaseCall is release.lua's call for a lease on scopes.
+func (s *Store) releaseCall(lease string, scopes []throttle.StoreReleaseScope) *call {
 	keys := make([]string, 0, len(scopes))
 	args := make([]any, 0, 5+12*len(scopes))
 	args = append(args, s.nowArg(), lease, ms(s.opts.IdleTTL), s.channel, len(scopes))
@@ -478,21 +522,26 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 		args = append(args, rs.Key, rs.Ticket.Slot, rs.Ticket.Window, gate, rs.QuotaDelta, rs.QuotaFloor,
 			us(rs.QuotaWindow), learned, rs.Version, rs.Data, us(rs.Delay), max(rs.Concurrency, 1))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	res, err := releaseScript.Run(ctx, s.rdb, keys, args...).Slice()
-	if err != nil {
-		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+	return &call{script: releaseScript, keys: keys, args: args}
+}
+
+// giveBack is the release of an admission whose caller stopped waiting
+// before the reply (cmd) came: its leases, and its quota costs, are given
+// back at once instead of expiring after LeaseTTL. Nil when the reply
+// refused it.
+func (s *Store) giveBack(cmd *redis.Cmd, lease string, scopes []throttle.StoreScope) *call {
+	res, err := cmd.Slice()
+	if err != nil || len(res) != 5+4*len(scopes) || toInt(res[0]) != 1 {
+		return nil
 	}
-	var ans throttle.StoreReleaseAnswer
-	for i := 0; i+2 < len(res); i += 3 {
-		c := throttle.StoreConflict{Scope: int(toInt(res[i])) - 1 + base, Learned: throttle.StoreLearned{Version: toInt(res[i+1])}}
-		if d, _ := res[i+2].(string); d != "" {
-			c.Learned.Data = []byte(d)
-		}
-		ans.Conflicts = append(ans.Conflicts, c)
+	rel := make([]throttle.StoreReleaseScope, len(scopes))
+	for i := range scopes {
+		sc := &scopes[i]
+		r := res[5+4*i:]
+		rel[i] = throttle.StoreReleaseScope{Key: sc.Key, Ticket: throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])},
+			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window}
 	}
-	return ans, nil
+	return s.releaseCall(lease, rel)
 }
 
 // Watch implements throttle.Store: one subscription to the release
@@ -585,14 +634,21 @@ func (s *Store) Renew(ctx context.Context) int {
 		fields = append(fields, l.fields...)
 	}
 	s.mu.Unlock()
-	renewed := 0
+	if len(keys) == 0 {
+		return 0
+	}
+	// One pipeline, one key a call: the keys of different scopes may
+	// live on different cluster nodes.
+	calls := make([]*call, len(keys))
 	for i := range keys {
-		// One key a call: the keys of different scopes may live on
-		// different cluster nodes.
-		args := []any{s.nowArg(), ms(s.opts.LeaseTTL), fields[i]}
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		n, err := renewScript.Run(cctx, s.rdb, []string{keys[i]}, args...).Int()
-		cancel()
+		calls[i] = &call{script: renewScript, keys: []string{keys[i]}, args: []any{s.nowArg(), ms(s.opts.LeaseTTL), fields[i]}}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.exec(cctx, calls)
+	renewed := 0
+	for _, c := range calls {
+		n, err := c.cmd.Int()
 		if err != nil {
 			s.opts.Logger.Debug("redisstore: renew", "err", err)
 			continue
