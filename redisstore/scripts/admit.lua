@@ -46,56 +46,76 @@ local deadline = tonumber(ARGV[6])
 if not nonneg(deadline) then return bad('bad deadline') end
 if deadline > 0 and now > deadline then return bad('too late: the caller stopped waiting') end
 
+-- Written for speed (a script's own work is most of an admission's cost in
+-- Redis, and tables are its dearest part): each scope's values are read
+-- into locals, then kept in one table made by one constructor (a table
+-- grown field by field rehashes as it grows); the hash's fields are
+-- matched by name, not copied into a table; slots and busy slots are
+-- parsed only for a slot delay.
+local tonumber, byte, match, format = tonumber, string.byte, string.match, string.format
+
 local sc = {}
 for i = 1, n do
   local b = 6 + 8 * (i - 1)
-  local s = { h = KEYS[i] }
-  s.cost, s.conc, s.delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  s.jit, s.sd, s.quota = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-  s.win, s.ver = tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
-  if not (nonneg(s.cost) and nonneg(s.conc) and nonneg(s.delay) and nonneg(s.jit) and nonneg(s.sd)
-      and nonneg(s.quota) and nonneg(s.win) and nonneg(s.ver)) then
+  local cost, conc, delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local jit, sd, quota = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+  local win, ver = tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
+  if not (nonneg(cost) and nonneg(conc) and nonneg(delay) and nonneg(jit) and nonneg(sd)
+      and nonneg(quota) and nonneg(win) and nonneg(ver)) then
     return bad('scope ' .. i .. ': bad number')
   end
-  if s.conc < 1 or (s.quota > 0 and s.win <= 0) then return bad('scope ' .. i .. ': bad limits') end
-  sc[i] = s
-end
-
--- load reads a scope's hash: its fields, its live leases (count, busy
--- slots, earliest expiry) and its expired ones.
-local function load(s)
-  local f = redis.call('HGETALL', s.h)
-  local st, live, busy, expired, first = {}, 0, {}, {}, nil
+  if conc < 1 or (quota > 0 and win <= 0) then return bad('scope ' .. i .. ': bad limits') end
+  sc[i] = false -- (the array part grows here, before the scopes' tables)
+  -- Bad arguments of a later scope are found after this read: reads
+  -- change nothing, and nothing is written before every scope was checked.
+  local f = redis.call('HGETALL', KEYS[i])
+  local live, busy, expired, first = 0, nil, nil, nil
+  local sc_, sd_, last, pjit, gate, qs, qn, qu, sver, data, sl
   for j = 1, #f, 2 do
-    local k = f[j]
-    if string.sub(k, 1, 2) == 'L:' then
-      local exp = tonumber(f[j + 1]) or 0
+    local k, v = f[j], f[j + 1]
+    if byte(k) == 76 then -- 'L': a lease, "L:<lease>|<slot>" = its expiry
+      local exp = tonumber(v) or 0
       if exp > now then
         live = live + 1
-        local slot = tonumber(string.match(k, '|(%-?%d+)$'))
-        if slot then busy[slot] = true end
+        if sd > 0 then
+          local slot = tonumber(match(k, '|(%-?%d+)$'))
+          if slot then
+            busy = busy or {}
+            busy[slot] = true
+          end
+        end
         if first == nil or exp < first then first = exp end
       else
+        expired = expired or {}
         expired[#expired + 1] = k
       end
-    else
-      st[k] = f[j + 1]
+    elseif k == 'last' then last = tonumber(v)
+    elseif k == 'jit' then pjit = tonumber(v)
+    elseif k == 'c' then sc_ = tonumber(v)
+    elseif k == 'd' then sd_ = tonumber(v)
+    elseif k == 'v' then sver = tonumber(v)
+    elseif k == 'ld' then data = v
+    elseif k == 'gate' then gate = tonumber(v)
+    elseif k == 'sl' then sl = v
+    elseif k == 'qs' then qs = tonumber(v)
+    elseif k == 'qn' then qn = tonumber(v)
+    elseif k == 'qu' then qu = tonumber(v)
     end
   end
-  s.live, s.busy, s.expired, s.first = live, busy, expired, first
-  s.exists = #f > 0
-  s.conc = tonumber(st.c) or s.conc
-  s.delay = tonumber(st.d) or s.delay
-  s.last, s.pjit, s.gate = tonumber(st.last), tonumber(st.jit) or 1, tonumber(st.gate) or 0
-  s.qs, s.qn, s.qu = tonumber(st.qs), tonumber(st.qn) or 0, tonumber(st.qu) or 0
-  s.sver, s.data = tonumber(st.v) or 0, st.ld
-  s.slots, s.nslots = {}, 0
-  if st.sl then
-    for v in string.gmatch(st.sl, '[^,]+') do
-      s.slots[s.nslots] = tonumber(v)
-      s.nslots = s.nslots + 1
+  local slots, nslots = nil, 0
+  if sd > 0 then
+    slots = {}
+    if sl then
+      for v in string.gmatch(sl, '[^,]+') do
+        slots[nslots] = tonumber(v)
+        nslots = nslots + 1
+      end
     end
   end
+  sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = sc_ or conc, delay = sd_ or delay, jit = jit,
+    sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or {}, expired = expired,
+    first = first, last = last, pjit = pjit or 1, gate = gate or 0, qs = qs, qn = qn or 0, qu = qu or 0,
+    sver = sver or 0, data = data, slots = slots, nslots = nslots }
 end
 
 -- freeslot: the free slot that can start soonest, -1 for a new slot at
@@ -119,34 +139,32 @@ local function rollquota(s)
   end
 end
 
-local at, why, who, blocked = now, 0, 0, false
-local function later(t, r, i)
-  if t > at then at, why, who = t, r, i end
-end
+local at, why, who = now, 0, 0
 for i = 1, n do
   local s = sc[i]
-  load(s)
-  if not blocked then
-    if s.live >= s.conc then
-      blocked, why, who = true, 1, i
-      at = s.first or 0 -- the earliest lease expiry: the fallback wake
-    else
-      if s.last then later(s.last + s.delay * s.pjit, 2, i) end
-      if s.sd > 0 then
-        local _, free = freeslot(s)
-        if free == nil then
-          blocked, why, who, at = true, 1, i, 0
-        else
-          later(free, 3, i)
-        end
-      end
-      if not blocked then
-        later(s.gate, 4, i)
-        if s.quota > 0 then
-          rollquota(s)
-          if s.qs and s.qu > 0 and s.qu + s.cost > s.quota then later(s.qs + s.win, 5, i) end
-        end
-      end
+  if s.live >= s.conc then
+    why, who = 1, i
+    at = s.first or 0 -- the earliest lease expiry: the fallback wake
+    break
+  end
+  if s.last then
+    local t = s.last + s.delay * s.pjit
+    if t > at then at, why, who = t, 2, i end
+  end
+  if s.sd > 0 then
+    local _, free = freeslot(s)
+    if free == nil then
+      why, who, at = 1, i, 0
+      break
+    end
+    if free > at then at, why, who = free, 3, i end
+  end
+  if s.gate > at then at, why, who = s.gate, 4, i end
+  if s.quota > 0 then
+    rollquota(s)
+    if s.qs and s.qu > 0 and s.qu + s.cost > s.quota then
+      local t = s.qs + s.win
+      if t > at then at, why, who = t, 5, i end
     end
   end
 end
@@ -157,7 +175,7 @@ if why ~= 0 then
   -- Someone waits on these scopes until about then: release.lua
   -- publishes only while a 'w' is pending, so a fleet with no waiters
   -- sends no notification to every worker on every release.
-  local waits = string.format('%d', now + ttl * 1000)
+  local waits = format('%d', now + ttl * 1000)
   for i = 1, n do
     if sc[i].exists then -- (a new hash would have no expiry)
       redis.call('HSET', sc[i].h, 'w', waits)
@@ -166,35 +184,42 @@ if why ~= 0 then
 else
   out[1] = 1
 end
+local expiry = why == 0 and format('%d', now + ttl * 1000)
 for i = 1, n do
   local s = sc[i]
   local slot, qwin = -1, 0
   if why == 0 then
-    local fields = { 'last', now, 'jit', ARGV[6 + 8 * (i - 1) + 4] }
-    if s.sd > 0 then
-      slot = freeslot(s)
-      if slot < 0 then
-        slot = s.nslots
-        s.nslots = s.nslots + 1
+    local jit = ARGV[6 + 8 * (i - 1) + 4]
+    if s.sd == 0 and s.quota == 0 then
+      -- The common case, without a table for the fields.
+      redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
+    else
+      local fields = { 'last', now, 'jit', jit }
+      if s.sd > 0 then
+        slot = freeslot(s)
+        if slot < 0 then
+          slot = s.nslots
+          s.nslots = s.nslots + 1
+        end
+        s.slots[slot] = now
+        local parts = {}
+        for j = 0, s.nslots - 1 do parts[j + 1] = format('%d', s.slots[j]) end
+        fields[5], fields[6] = 'sl', table.concat(parts, ',')
       end
-      s.slots[slot] = now
-      local parts = {}
-      for j = 0, s.nslots - 1 do parts[j + 1] = string.format('%d', s.slots[j]) end
-      fields[5], fields[6] = 'sl', table.concat(parts, ',')
-    end
-    if s.quota > 0 then
-      if not s.qs then s.qs, s.qn, s.qu = now, 0, 0 end
-      rollquota(s)
-      s.qu = s.qu + s.cost
-      qwin = s.qn
+      if s.quota > 0 then
+        if not s.qs then s.qs, s.qn, s.qu = now, 0, 0 end
+        rollquota(s)
+        s.qu = s.qu + s.cost
+        qwin = s.qn
+        local k = #fields
+        fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', format('%d', s.qs), 'qn'
+        fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
+      end
       local k = #fields
-      fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', string.format('%d', s.qs), 'qn'
-      fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
+      fields[k + 1], fields[k + 2] = 'L:' .. lease .. '|' .. slot, expiry
+      redis.call('HSET', s.h, unpack(fields))
     end
-    local k = #fields
-    fields[k + 1], fields[k + 2] = 'L:' .. lease .. '|' .. slot, string.format('%d', now + ttl * 1000)
-    redis.call('HSET', s.h, unpack(fields))
-    if #s.expired > 0 then redis.call('HDEL', s.h, unpack(s.expired)) end
+    if s.expired then redis.call('HDEL', s.h, unpack(s.expired)) end
     -- Keep the hash while a lease, a delay, a gate or a quota window is
     -- pending, and idle_ttl after. Nothing else needs it longer: release
     -- and renew only lengthen it for a gate or a lease this covers.
