@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,16 +259,18 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 		}
 	}
 	s.learn(now, t, fb)
-	data, err := json.Marshal(s.exportLearned())
+	st := s.exportLearned()
+	d, _ := s.delay()
+	c := s.concurrency()
+	if r := s.shared; first && r != nil && st.same(&r.state) && d == r.delay && c == r.conc {
+		return // nothing new: most releases (compared as values, not encoded to compare)
+	}
+	data, err := json.Marshal(st)
 	if err != nil {
 		return // cannot happen: plain values
 	}
-	d, _ := s.delay()
-	c := s.concurrency()
-	if r := s.shared; !first || r == nil || !bytes.Equal(data, r.data) || d != r.delay || c != r.conc {
-		out.Learned, out.Data, out.Delay, out.Concurrency = true, data, d, c
-		s.shared = &sharedRecord{version: s.version(), data: data, delay: d, conc: c}
-	}
+	out.Learned, out.Data, out.Delay, out.Concurrency = true, data, d, c
+	s.shared = &sharedRecord{version: s.version(), data: data, state: st, delay: d, conc: c}
 }
 
 // sharedRecord is the learned state last sent to or received from a Store:
@@ -277,8 +278,21 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 type sharedRecord struct {
 	version int64
 	data    []byte
+	state   learnedState // data decoded; V == 0 when unknown
 	delay   time.Duration
 	conc    int
+}
+
+// same tells whether two learned states hold the same values.
+func (a *learnedState) same(b *learnedState) bool {
+	return a.V == b.V && samePointee(a.Auto, b.Auto) && samePointee(a.Back, b.Back) && samePointee(a.Ramp, b.Ramp)
+}
+
+func samePointee[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // sharedImport replaces the learned state with a store's record.
@@ -291,6 +305,6 @@ func (s *defaultScope) sharedImport(data []byte) error {
 		return err
 	}
 	d, _ := s.delay()
-	s.shared = &sharedRecord{version: s.version(), data: data, delay: d, conc: s.concurrency()}
+	s.shared = &sharedRecord{version: s.version(), data: data, state: st, delay: d, conc: s.concurrency()}
 	return nil
 }

@@ -209,3 +209,43 @@ func testSharedDeadlineBeforeFallbackWake(t *testing.T) {
 	p1.Release(ok200, nil) // m2 is woken, then waits out the 1 s delay
 	require.NoError(t, <-got)
 }
+
+// learnedStore records which releases carried learned state.
+type learnedStore struct {
+	*MemoryStore
+	sent []bool
+}
+
+func (l *learnedStore) Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error) {
+	for _, rs := range rel.Scopes {
+		l.sent = append(l.sent, rs.Learned)
+	}
+	return l.MemoryStore.Release(ctx, rel)
+}
+
+// TestSharedReleaseSendsOnlyWhatIsNew: a release whose request taught
+// nothing new sends no learned state; one that changed it (a 429) does.
+func TestSharedReleaseSendsOnlyWhatIsNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ls := &learnedStore{MemoryStore: NewMemoryStore(nil)}
+		cfg := DefaultConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter, cfg.Default.Backoff.Jitter = 0, 0, Jitter{}, Jitter{}
+		cfg.Default.AutoThrottle.Enabled, cfg.Default.Rampup.Enabled = false, false
+		cfg.Store, cfg.Robots.Enabled = ls, false
+		m := newManager(t, cfg)
+		r := get(t, "http://learn.example/")
+		do := func(status int) {
+			p, err := m.Acquire(t.Context(), r)
+			require.NoError(t, err)
+			time.Sleep(100 * time.Millisecond)
+			p.Release(&http.Response{StatusCode: status, Header: http.Header{}}, nil)
+		}
+		for range 5 {
+			do(200)
+		}
+		require.Equal(t, []bool{true, false, false, false, false}, ls.sent, "the first release records the state, the others change nothing")
+		ls.sent = nil
+		do(429)
+		require.Equal(t, []bool{true}, ls.sent, "a 429 raised the backoff: sent")
+	})
+}
