@@ -127,15 +127,7 @@ func TestRedisTenRestarts(t *testing.T) {
 	}
 	waitProgress := func(n int) {
 		t.Helper()
-		hang := time.NewTimer(15 * time.Second)
-		defer hang.Stop()
-		for range n {
-			select {
-			case <-progress:
-			case <-hang.C:
-				t.Fatalf("no progress for 15s after restart (hang detector)")
-			}
-		}
+		awaitProgress(t, progress, n, 15*time.Second, "no progress for 15s after restart (hang detector)")
 	}
 	waitProgress(20)
 	for i := range restarts {

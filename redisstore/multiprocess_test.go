@@ -767,15 +767,7 @@ func TestRedisRestartDataLost(t *testing.T) {
 	}
 	waitProgress := func(n int) {
 		t.Helper()
-		hang := time.NewTimer(10 * time.Second)
-		defer hang.Stop()
-		for range n {
-			select {
-			case <-progress:
-			case <-hang.C:
-				t.Fatalf("workers made no progress for 10s (hang detector)")
-			}
-		}
+		awaitProgress(t, progress, n, 10*time.Second, "workers made no progress for 10s (hang detector)")
 	}
 	waitProgress(50)
 	start := time.Now()

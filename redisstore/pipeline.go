@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crawlerkit/throttle"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,15 +46,15 @@ type call struct {
 	done       chan struct{} // closed when the sender claims the reply
 	own        bool          // made by the sender: no one waits for it
 
-	// abandoned, when not nil, runs in the sender when the caller left
-	// before the reply: admit gives back a lease no one will hold.
-	abandoned func(cmd *redis.Cmd) *call
+	// For an admission: its lease and scopes, given back if Redis admitted
+	// it after its caller left.
+	lease  string
+	scopes []throttle.StoreScope
 }
 
 // run has c sent by the senders and waits for its reply or the end of
 // ctx. After Close the caller sends it itself.
 func (s *Store) run(ctx context.Context, c *call) error {
-	c.done = make(chan struct{})
 	// qmu orders enqueueing before Close: every call queued before it is
 	// in the channel when the senders drain it.
 	s.qmu.RLock()
@@ -61,6 +62,7 @@ func (s *Store) run(ctx context.Context, c *call) error {
 		s.qmu.RUnlock()
 		return s.runDirect(ctx, c)
 	}
+	c.done = make(chan struct{})
 	select {
 	case s.queue <- c:
 		s.qmu.RUnlock()
@@ -134,7 +136,7 @@ func (s *Store) fill(batch []*call) []*call {
 // out the replies and returns extra with the calls that give back the
 // leases of admissions whose callers left.
 func (s *Store) send(batch []*call, extra []*call) []*call {
-	live := make([]*call, 0, len(batch))
+	live := batch[:0] // (filtered in place)
 	for _, c := range batch {
 		if c.own || c.state.Load() != callLeft { // no one waits for a left call: not sent
 			live = append(live, c)
@@ -157,8 +159,8 @@ func (s *Store) send(batch []*call, extra []*call) []*call {
 			continue
 		}
 		// The caller left while the call was sent.
-		if c.abandoned != nil && c.cmd.Err() == nil {
-			if g := c.abandoned(c.cmd); g != nil {
+		if c.scopes != nil && c.cmd.Err() == nil {
+			if g := s.giveBack(c.cmd, c.lease, c.scopes); g != nil {
 				g.own = true
 				extra = append(extra, g)
 			}

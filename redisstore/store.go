@@ -339,8 +339,7 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
 			strconv.FormatFloat(sc.Jitter, 'g', -1, 64), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
 	}
-	c := &call{script: admitScript, keys: keys, args: args,
-		abandoned: func(cmd *redis.Cmd) *call { return s.giveBack(cmd, lease, scopes) }}
+	c := &call{script: admitScript, keys: keys, args: args, lease: lease, scopes: scopes}
 	if err := s.run(ctx, c); err != nil {
 		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
@@ -51,3 +52,18 @@ func TestConformanceClusterRule(t *testing.T) {
 }
 
 var _ = context.Background
+
+// awaitProgress waits for n signals on progress, failing with msg if
+// none comes for within (a hang detector for tests on a real Redis).
+func awaitProgress(t *testing.T, progress <-chan struct{}, n int, within time.Duration, msg string) {
+	t.Helper()
+	hang := time.NewTimer(within)
+	defer hang.Stop()
+	for range n {
+		select {
+		case <-progress:
+		case <-hang.C:
+			t.Fatal(msg)
+		}
+	}
+}

@@ -65,12 +65,11 @@ for i = 1, n do
     return bad('scope ' .. i .. ': bad number')
   end
   if conc < 1 or (quota > 0 and win <= 0) then return bad('scope ' .. i .. ': bad limits') end
-  sc[i] = false -- (the array part grows here, before the scopes' tables)
   -- Bad arguments of a later scope are found after this read: reads
   -- change nothing, and nothing is written before every scope was checked.
   local f = redis.call('HGETALL', KEYS[i])
   local live, busy, expired, first = 0, nil, nil, nil
-  local sc_, sd_, last, pjit, gate, qs, qn, qu, sver, data, sl
+  local cstored, dstored, last, pjit, gate, qs, qn, qu, sver, data, sl
   for j = 1, #f, 2 do
     local k, v = f[j], f[j + 1]
     if byte(k) == 76 then -- 'L': a lease, "L:<lease>|<slot>" = its expiry
@@ -91,8 +90,8 @@ for i = 1, n do
       end
     elseif k == 'last' then last = tonumber(v)
     elseif k == 'jit' then pjit = tonumber(v)
-    elseif k == 'c' then sc_ = tonumber(v)
-    elseif k == 'd' then sd_ = tonumber(v)
+    elseif k == 'c' then cstored = tonumber(v)
+    elseif k == 'd' then dstored = tonumber(v)
     elseif k == 'v' then sver = tonumber(v)
     elseif k == 'ld' then data = v
     elseif k == 'gate' then gate = tonumber(v)
@@ -112,7 +111,7 @@ for i = 1, n do
       end
     end
   end
-  sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = sc_ or conc, delay = sd_ or delay, jit = jit,
+  sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = cstored or conc, delay = dstored or delay, jit = jit,
     sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or {}, expired = expired,
     first = first, last = last, pjit = pjit or 1, gate = gate or 0, qs = qs, qn = qn or 0, qu = qu or 0,
     sver = sver or 0, data = data, slots = slots, nslots = nslots }
