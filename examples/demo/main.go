@@ -124,6 +124,9 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 		names[s.srv.Listener.Addr().String()] = s.name
 	}
 
+	// The throttle's warnings (logged from the goroutine that releases a
+	// permit) and the progress lines share out: one writer at a time.
+	out = &lockedWriter{w: out}
 	logs := newDelayLog(out)
 	cfg := demoConfig(opts.Window)
 	cfg.Logger = logs.logger()

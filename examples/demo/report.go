@@ -24,6 +24,18 @@ type delayTrace struct {
 	SignalChanges int // changes made by a backoff signal (429)
 }
 
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // delayLog is a slog.Handler that reads the throttle's Debug record
 // "throttle: delay adjusted" (logged by a scope whenever a response changes
 // its delay) and passes warnings on to a text handler.
