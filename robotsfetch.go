@@ -41,9 +41,11 @@ type RobotsConfig struct {
 	UserAgent string
 	// MaxDelay caps the delay robots.txt can ask for. Default 60s.
 	MaxDelay time.Duration
-	// TTL is how long a fetched robots.txt is used. Default 24h.
+	// TTL is how long a fetched robots.txt is used; it must be > 0 when
+	// Enabled. Default 24h.
 	TTL time.Duration
-	// FetchTimeout bounds the wait for one robots.txt fetch. Default 10s.
+	// FetchTimeout bounds the wait for one robots.txt fetch; it must be > 0
+	// when Enabled. Default 10s.
 	FetchTimeout time.Duration
 	// Client fetches robots.txt for Acquire callers. Nil means a client
 	// over http.DefaultTransport wrapped by the manager's Transport,
@@ -74,6 +76,9 @@ func (c RobotsConfig) validate() error {
 		if err := checkDuration("Robots."+d.n, d.v); err != nil {
 			return err
 		}
+	}
+	if c.Enabled && c.TTL == 0 { // robots.txt would be fetched before every request
+		return &ConfigError{"Robots.TTL", "must be > 0 when Robots.Enabled"}
 	}
 	if c.Enabled && c.FetchTimeout == 0 {
 		return &ConfigError{"Robots.FetchTimeout", "must be > 0 when Robots.Enabled"}

@@ -25,6 +25,8 @@ type robotsSite struct {
 	robotsTxt    string
 	robotsStatus int           // 0: 200
 	hang         bool          // robots.txt never answers
+	latency      time.Duration // time robots.txt takes to answer
+	panics       bool          // robots.txt panics (after latency)
 	fetches      atomic.Int32  // robots.txt fetches
 	pages        atomic.Int32  // other requests
 	lastUA       atomic.Value  // User-Agent of the last robots.txt fetch
@@ -38,6 +40,18 @@ func (s *robotsSite) RoundTrip(req *http.Request) (*http.Response, error) {
 		if s.hang {
 			<-req.Context().Done()
 			return nil, req.Context().Err()
+		}
+		if s.latency > 0 {
+			t := time.NewTimer(s.latency)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			}
+		}
+		if s.panics {
+			panic("robots.txt boom")
 		}
 		st := s.robotsStatus
 		if st == 0 {
@@ -368,4 +382,20 @@ func TestRobotsOverRealServers(t *testing.T) {
 	assert.Zero(t, d, "nothing past 500 KiB is read")
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Less(t, bigWritten.Load(), int64(10<<20), "the body was not read to its end")
+}
+
+// TestRobotsTTLZeroRefused (issue 14 item 7): TTL 0 would fetch robots.txt
+// before every request; with robots.txt off it is valid.
+func TestRobotsTTLZeroRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Robots.TTL = 0
+	_, err := New(cfg)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Equal(t, "Robots.TTL", ce.Field)
+	assert.Equal(t, "must be > 0 when Robots.Enabled", ce.Reason)
+	cfg.Robots.Enabled = false
+	_, err = New(cfg)
+	assert.NoError(t, err)
 }
