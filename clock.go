@@ -1,6 +1,8 @@
 package throttle
 
 import (
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -9,9 +11,20 @@ import (
 // only through its Clock, so tests can run it in fake time; policies
 // (ScopeManager and its parts) never read a clock at all: they are given now.
 //
-// Config.Clock nil means the real clock. Package throttletest has a fake one.
+// Config.Clock nil means the real clock, which is monotonic. Package
+// throttletest has a fake one.
+//
+// Now should be monotonic: never earlier than a time it returned before (a
+// wall clock set back, or stepped back by NTP, is not). When a custom
+// Clock's Now goes back, the manager carries on from the latest time it
+// read and adds the jump to every later reading: the times it hands its
+// policies, and gives out (Permit.Acquired, Admission.At, its own Clock),
+// never go back, and go on at the Clock's pace, ahead of the Clock by the
+// sum of its backward jumps. Otherwise a Clock set back an hour would hold
+// the next start of every scope for an hour. Timers take durations, so
+// they are not affected.
 type Clock interface {
-	// Now returns the current time.
+	// Now returns the current time. It should never go back; see above.
 	Now() time.Time
 	// NewTimer returns a timer that fires once, d from now.
 	NewTimer(d time.Duration) Timer
@@ -68,3 +81,41 @@ type realTimer struct{ t *time.Timer }
 func (r realTimer) C() <-chan time.Time        { return r.t.C }
 func (r realTimer) Stop() bool                 { return r.t.Stop() }
 func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// monotonicClock is a custom Clock whose Now never goes back: a backward
+// jump of the Clock is added to an offset that every later reading gets,
+// so the time goes on from the latest one given out, at the Clock's pace.
+// The real clock needs no wrapper (its readings carry the monotonic
+// clock).
+type monotonicClock struct {
+	Clock
+	mu     sync.Mutex
+	read   bool          // Now has returned a time
+	last   time.Time     // the latest time Now returned
+	offset time.Duration // the sum of the backward jumps
+}
+
+func newMonotonicClock(c Clock) *monotonicClock { return &monotonicClock{Clock: c} }
+
+func (c *monotonicClock) Now() time.Time {
+	t := c.Clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.offset != 0 {
+		t = t.Add(c.offset)
+	}
+	if c.read && t.Before(c.last) {
+		c.offset = addSaturating(c.offset, c.last.Sub(t))
+		t = c.last
+	}
+	c.read, c.last = true, t
+	return t
+}
+
+// addSaturating returns a+b for b >= 0, at most math.MaxInt64.
+func addSaturating(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

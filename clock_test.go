@@ -1,10 +1,12 @@
 package throttle
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRealClockTracksWallClock(t *testing.T) {
@@ -24,4 +26,82 @@ func TestRealClockTracksWallClock(t *testing.T) {
 	assert.True(t, tm.Stop())
 	assert.False(t, tm.Reset(time.Hour))
 	assert.True(t, tm.Stop())
+}
+
+// timeRecordingScope is the default policy, recording the times it is handed.
+type timeRecordingScope struct {
+	ScopeManager
+	mu    *sync.Mutex
+	times *[]time.Time
+}
+
+func (r *timeRecordingScope) saw(now time.Time) {
+	r.mu.Lock()
+	*r.times = append(*r.times, now)
+	r.mu.Unlock()
+}
+func (r *timeRecordingScope) Admit(now time.Time, cost int64) Admission {
+	r.saw(now)
+	return r.ScopeManager.Admit(now, cost)
+}
+func (r *timeRecordingScope) Start(now time.Time, cost int64) Ticket {
+	r.saw(now)
+	return r.ScopeManager.Start(now, cost)
+}
+func (r *timeRecordingScope) Finish(now time.Time, t Ticket, fb *Feedback) {
+	r.saw(now)
+	r.ScopeManager.Finish(now, t, fb)
+}
+func (r *timeRecordingScope) Idle(now time.Time) Idleness {
+	r.saw(now)
+	return r.ScopeManager.Idle(now)
+}
+func (r *timeRecordingScope) SetConfig(now time.Time, cfg ScopeConfig) {
+	r.saw(now)
+	r.ScopeManager.SetConfig(now, cfg)
+}
+
+// TestCustomClockNeverGoesBack (issue 14 item 7): a custom Clock that goes
+// back (a wall clock set back, an NTP step) never makes the manager hand
+// its policies a time earlier than one it handed before; the time it
+// hands goes on from there at the clock's pace.
+func TestCustomClockNeverGoesBack(t *testing.T) {
+	clk := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var mu sync.Mutex
+	var times []time.Time
+	cfg := plainConfig()
+	cfg.Clock = clk
+	cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+	cfg.NewScopeManager = func(p ScopeParams) ScopeManager {
+		return &timeRecordingScope{ScopeManager: NewDefaultScopeManager(p), mu: &mu, times: &times}
+	}
+	m := newManager(t, cfg)
+	req := get(t, "http://a.example/")
+	var acquired []time.Time
+	for _, step := range []time.Duration{0, time.Second, -time.Hour, time.Second, -time.Minute, -time.Hour, 2 * time.Second} {
+		clk.t = clk.t.Add(step)
+		p, adm, err := m.TryAcquire(req) // stepClock makes no timers: nothing may wait
+		require.NoError(t, err)
+		require.NotNil(t, p, "after a step of %v: refused, %+v", step, adm)
+		acquired = append(acquired, p.Acquired())
+		p.Release(ok200, nil)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, times)
+	for i := 1; i < len(times); i++ {
+		require.False(t, times[i].Before(times[i-1]), "time %d handed to the policy, %v, is before the one before, %v", i, times[i], times[i-1])
+	}
+	// The clock moved 4 s forward in all: so did the manager's time.
+	assert.Equal(t, []time.Duration{0, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 4 * time.Second},
+		durationsSince(acquired[0], acquired))
+	assert.Equal(t, acquired[len(acquired)-1], m.Clock().Now(), "Clock gives the manager's time")
+}
+
+func durationsSince(t0 time.Time, ts []time.Time) []time.Duration {
+	d := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		d[i] = t.Sub(t0)
+	}
+	return d
 }

@@ -120,6 +120,8 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	}
 	if m.clock == nil {
 		m.clock = newRealClock()
+	} else {
+		m.clock = newMonotonicClock(m.clock) // its time never goes back
 	}
 	m.sweepNext.Store(m.clock.Now().UnixNano())
 	if m.log == nil {
@@ -148,7 +150,8 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	return m, nil
 }
 
-// Clock returns the manager's clock.
+// Clock returns the manager's clock: Config.Clock, whose time it never lets
+// go back (see Clock), or the real clock.
 func (m *ThrottlingManager) Clock() Clock { return m.clock }
 
 // A Permit is the right to send one request. It holds one slot in every
