@@ -17,6 +17,7 @@ import (
 // options are the command's flags.
 type options struct {
 	seed     uint64
+	seeds    int
 	scenario string
 	duration time.Duration
 	json     bool
@@ -26,8 +27,9 @@ type options struct {
 
 func main() {
 	var o options
-	flag.Uint64Var(&o.seed, "seed", 1, "random seed: a run is deterministic for a seed")
-	flag.StringVar(&o.scenario, "scenario", "all", "scenarios to run: comma-separated names or patterns (e.g. ratelimit,'rampup-50*')")
+	flag.Uint64Var(&o.seed, "seed", 1, "random seed: a run is deterministic for a seed; the first seed with -seeds")
+	flag.IntVar(&o.seeds, "seeds", 1, "run seeds seed..seed+N-1; each row is then the worst seed for each figure, plus the mean 2xx/cap")
+	flag.StringVar(&o.scenario, "scenario", "", "scenarios: comma-separated names or patterns (e.g. ratelimit,'cold-*'); \"default\" the default set, \"all\" every scenario (default: the default set; all with -list)")
 	flag.DurationVar(&o.duration, "duration", 0, "override every scenario's virtual duration (0: each scenario's default)")
 	flag.BoolVar(&o.json, "json", false, "print the rows as JSON instead of a table")
 	flag.StringVar(&o.out, "out", "throttlesim-out", "directory for the SVG plots (empty: no plots)")
@@ -39,8 +41,28 @@ func main() {
 	}
 }
 
+// selectScenarios returns the scenarios o selects: the default set for
+// "default" (or no -scenario, unless listing), else those of every
+// scenario (the cold family included) that match the patterns.
+func selectScenarios(o options) ([]sim.Scenario, error) {
+	p := o.scenario
+	if p == "" {
+		p = "default"
+		if o.list {
+			p = "all"
+		}
+	}
+	if p == "default" {
+		return sim.Scenarios(o.duration), nil
+	}
+	return sim.Select(sim.AllScenarios(o.duration), p)
+}
+
 func run(stdout, stderr io.Writer, o options) error {
-	scs, err := sim.Select(sim.Scenarios(o.duration), o.scenario)
+	if o.seeds < 1 {
+		return fmt.Errorf("-seeds %d: want at least 1", o.seeds)
+	}
+	scs, err := selectScenarios(o)
 	if err != nil {
 		return err
 	}
@@ -54,7 +76,7 @@ func run(stdout, stderr io.Writer, o options) error {
 		return nil
 	}
 	start := time.Now()
-	res := sim.RunAll(scs, o.seed, 0)
+	res := sim.RunSeeds(scs, o.seed, o.seeds, 0)
 	if o.json {
 		err = sim.WriteJSON(stdout, res)
 	} else {
@@ -68,7 +90,11 @@ func run(stdout, stderr io.Writer, o options) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stderr, "%d scenarios, seed %d, %v real time", len(res), o.seed, time.Since(start).Round(time.Millisecond))
+	seeds := fmt.Sprintf("seed %d", o.seed)
+	if o.seeds > 1 {
+		seeds = fmt.Sprintf("seeds %d-%d (worst of %d per figure)", o.seed, o.seed+uint64(o.seeds)-1, o.seeds)
+	}
+	fmt.Fprintf(stderr, "%d scenarios, %s, %v real time", len(res), seeds, time.Since(start).Round(time.Millisecond))
 	if o.out != "" {
 		fmt.Fprintf(stderr, ", plots in %s", o.out)
 	}

@@ -13,7 +13,7 @@ import (
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
-	o := options{seed: 3, scenario: "storm,skew", duration: 2 * time.Minute, out: dir}
+	o := options{seed: 3, seeds: 1, scenario: "storm,skew", duration: 2 * time.Minute, out: dir}
 	if err := run(&out, &errOut, o); err != nil {
 		t.Fatal(err)
 	}
@@ -43,5 +43,45 @@ func TestRun(t *testing.T) {
 	}
 	if err := run(&out, &errOut, options{scenario: "nope"}); err == nil {
 		t.Fatal("unknown scenario accepted")
+	}
+}
+
+// TestSeedsAndSelection: -seeds prints the worst of the seeds with the
+// mean 2xx/cap; the cold family is out of the default set, in all and
+// in -list.
+func TestSeedsAndSelection(t *testing.T) {
+	var out, errOut bytes.Buffer
+	o := options{seed: 3, seeds: 2, scenario: "cold-5rps-b10-50ms", duration: 2 * time.Minute}
+	if err := run(&out, &errOut, o); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2+5 || !strings.HasPrefix(lines[0], "worst of 2 seeds (3-4)") ||
+		!strings.Contains(lines[1], "2xx/cap mean") || !strings.Contains(lines[1], "cold90 s") || !strings.Contains(lines[1], "first5") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	if !strings.Contains(errOut.String(), "seeds 3-4") {
+		t.Fatalf("stderr: %s", errOut.String())
+	}
+	if err := run(&out, &errOut, options{seeds: 0, scenario: "storm"}); err == nil {
+		t.Fatal("-seeds 0 accepted")
+	}
+	def, err := selectScenarios(options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range def {
+		if strings.HasPrefix(sc.Name, "cold-") {
+			t.Fatalf("%s in the default set", sc.Name)
+		}
+	}
+	all, _ := selectScenarios(options{scenario: "all"})
+	listed, _ := selectScenarios(options{list: true})
+	if len(all) <= len(def) || len(listed) != len(all) {
+		t.Fatalf("default %d, all %d, listed %d scenarios", len(def), len(all), len(listed))
+	}
+	out.Reset()
+	if err := run(&out, &errOut, options{list: true, seeds: 1}); err != nil || !strings.Contains(out.String(), "cold-600pm-sliding (10m0s)") || !strings.Contains(out.String(), "throttle+cold") {
+		t.Fatalf("-list: %v\n%s", err, out.String())
 	}
 }

@@ -18,8 +18,9 @@
 //
 // # Servers and policies
 //
-// Server models (RateLimitServer, CapacityServer, StormServer,
-// PlainServer) answer from their model at the arrival time. Policies are
+// Server models (RateLimitServer, BurstServer, FixedWindowServer,
+// SlidingWindowServer, CapacityServer, StormServer, PlainServer) answer
+// from their model at the arrival time. Policies are
 // the throttle's configurations (ThrottlePolicy) and reference policies
 // written here as small state machines: colly's LimitRule (CollyPolicy),
 // Scrapy's AutoThrottle rule alone (ScrapyPolicy) and a fixed
@@ -30,7 +31,15 @@
 // A Scenario is a server model, a client setup (processes, workers,
 // frontier) and the policies to compare. Run runs one (scenario, policy)
 // pair and returns its Result: Metrics (2xx rate against the server's
-// capacity, backoff signals per minute, mean in-flight at the server,
-// storm and Retry-After figures) and Series for the plots. WriteTable,
-// WriteJSON and WriteSVG report them; cmd/throttlesim is the command.
+// capacity, backoff signals per minute, mean in-flight at the server, the
+// cold start, storm and Retry-After figures) and Series for the plots.
+// RunAll runs scenarios with one seed, RunSeeds with several, each row
+// then the worst seed for each figure (Aggregate). WriteTable, WriteJSON
+// and WriteSVG report them; cmd/throttlesim is the command.
+//
+// Scenarios is the default set; ColdScenarios, the cold family, crawls
+// hidden limits (token buckets with their own burst, per-minute quotas,
+// a limiter answering 503) from a cold start with ColdRampupConfig, to
+// measure how soon the throttle reaches the limit (Metrics.ColdStart90,
+// Metrics.First5Share) as well as its steady state.
 package sim

@@ -24,6 +24,10 @@ type Result struct {
 type Metrics struct {
 	Scenario string `json:"scenario"`
 	Policy   string `json:"policy"`
+	// Seed is the run's seed and Seeds 1; a row aggregated over several
+	// seeds (RunSeeds, Aggregate) has the first seed and how many.
+	Seed  uint64 `json:"seed"`
+	Seeds int    `json:"seeds"`
 	// Requests is how many requests reached the server in the whole run.
 	Requests int `json:"requests"`
 	// MeasureFrom and MeasureTo bound the measurement window, in seconds
@@ -39,12 +43,29 @@ type Metrics struct {
 	// OKRate divided by it.
 	Capacity      *float64 `json:"capacity_per_s"`
 	OKPerCapacity *float64 `json:"ok_per_capacity"`
+	// OKPerCapacityMean is the mean of OKPerCapacity over the seeds of an
+	// aggregated row (OKPerCapacity is then the worst seed's); for one
+	// seed it equals OKPerCapacity.
+	OKPerCapacityMean *float64 `json:"ok_per_capacity_mean"`
 	// SignalsPerMin is the backoff signals (429, 5xx overload statuses)
 	// per minute in the window.
 	SignalsPerMin float64 `json:"signals_per_min"`
 	// MeanInFlight is the mean number of requests in flight at the server
 	// (queued or served) in the window.
 	MeanInFlight float64 `json:"mean_in_flight"`
+	// ColdStart90 is the cold start: the time in seconds from the first
+	// request until the trailing-60-s 2xx rate first reaches 90 % of
+	// Capacity, over the whole run, not only the window; -1 if it never
+	// does. The trailing rate at t is the 2xx arrivals in (t-60s, t]
+	// divided by a fixed 60 s, so the first minute counts the time before
+	// the start as zero: a start-up burst gets no credit beyond its
+	// requests. It only rises at a 2xx arrival, where it is evaluated, so
+	// the figure is exact.
+	ColdStart90 *float64 `json:"cold_start_90_s"`
+	// First5Share is the 2xx arrivals in the first 5 minutes from the
+	// first request, divided by what the capacity allows in them
+	// (Capacity x 300 s); nil if the run is shorter.
+	First5Share *float64 `json:"first5_share"`
 	// StormRequests is how many requests reached the server during the
 	// storm.
 	StormRequests *int `json:"storm_requests"`
@@ -176,6 +197,8 @@ func measure(sc *Scenario, p PolicySpec, rec *recorder, end time.Time) Result {
 	if sc.Capacity > 0 {
 		m.Capacity = ptr(sc.Capacity)
 		m.OKPerCapacity = ptr(m.OKRate / sc.Capacity)
+		m.OKPerCapacityMean = ptr(*m.OKPerCapacity)
+		m.ColdStart90, m.First5Share = coldStart(reqs, sc.Capacity, runLen)
 	}
 	if sc.RetryAfter {
 		var in, raw int
@@ -193,6 +216,52 @@ func measure(sc *Scenario, p PolicySpec, rec *recorder, end time.Time) Result {
 		stormMetrics(&m, reqs, sc.StormFrom, sc.StormTo, runLen)
 	}
 	return Result{Metrics: m, Series: series(reqs, len(rec.hosts), runLen), About: p.About}
+}
+
+// Cold-start parameters: the trailing window of ColdStart90 and the share
+// of capacity it must reach; the span of First5Share.
+const (
+	coldWindow = time.Minute
+	coldShare  = 0.9
+	firstSpan  = 5 * time.Minute
+)
+
+// coldStart returns ColdStart90 and First5Share of a run's requests (in
+// order of start) against capacity req/s; runLen is the run's length.
+func coldStart(reqs []req, capacity float64, runLen time.Duration) (cold90, first5 *float64) {
+	if len(reqs) == 0 {
+		return ptr(-1.0), nil
+	}
+	first := reqs[0].start
+	// The 2xx count a trailing window needs; the epsilon keeps a product
+	// like 0.9 x 60 from rounding up past a whole number.
+	need := max(1, int(math.Ceil(coldShare*capacity*coldWindow.Seconds()-1e-9)))
+	var oks []time.Duration
+	n5 := 0
+	for _, q := range reqs {
+		if !isOK(q.status) {
+			continue
+		}
+		oks = append(oks, q.start)
+		if q.start < first+firstSpan {
+			n5++
+		}
+	}
+	cold := -1.0
+	j := 0
+	for k, t := range oks {
+		for oks[j] <= t-coldWindow {
+			j++
+		}
+		if k-j+1 >= need {
+			cold = (t - first).Seconds()
+			break
+		}
+	}
+	if first+firstSpan <= runLen {
+		first5 = ptr(float64(n5) / (capacity * firstSpan.Seconds()))
+	}
+	return &cold, first5
 }
 
 func stormMetrics(m *Metrics, reqs []req, sFrom, sTo, runLen time.Duration) {

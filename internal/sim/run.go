@@ -73,7 +73,9 @@ func Run(sc Scenario, p PolicySpec, seed uint64) Result {
 	}
 	end := Epoch.Add(sc.Duration)
 	r.loop.Run(end)
-	return measure(&sc, p, &r.rec, end)
+	res := measure(&sc, p, &r.rec, end)
+	res.Metrics.Seed, res.Metrics.Seeds = seed, 1
+	return res
 }
 
 // deriveSeed makes a non-zero seed for one part of one run.

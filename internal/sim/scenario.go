@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -335,6 +336,285 @@ func SweepScenario(c SweepCase, d time.Duration) Scenario {
 	sc.About = strings.Replace(sc.About, "8 workers", fmt.Sprintf("%d workers", n), 1)
 	sc.Policies = []PolicySpec{c.SweepRampup()}
 	return sc
+}
+
+// ColdRampupConfig is the throttle configuration of the cold family
+// (policy "throttle+cold"): the README's configuration for an API whose
+// limit you don't know, DefaultConfig with Rampup on and every other
+// setting default. Cases whose limit the client's GlobalConcurrency
+// cannot carry at their latency raise GlobalConcurrency and
+// Rampup.MaxConcurrency (see ColdCase.Policy); nothing else is changed
+// per case.
+func ColdRampupConfig() throttle.Config {
+	cfg := throttle.DefaultConfig()
+	cfg.Default.Rampup.Enabled = true
+	return cfg
+}
+
+// ColdKind is the server model of a cold case.
+type ColdKind int
+
+// The server models of the cold family.
+const (
+	// ColdBucket is a token bucket with a burst of its own (BurstServer).
+	ColdBucket ColdKind = iota
+	// ColdFixed is a quota per window aligned to the window
+	// (FixedWindowServer).
+	ColdFixed
+	// ColdSliding is a quota in any trailing window (SlidingWindowServer).
+	ColdSliding
+)
+
+// Cold family defaults: a run's length, and the start of its measured
+// window (the steady-state figures are measured after the first minute;
+// ColdStart90 and First5Share over the whole run).
+const (
+	coldDuration    = 10 * time.Minute
+	coldMeasureFrom = time.Minute
+)
+
+// ColdCase is one case of the cold family: one API host behind a hidden
+// limit, crawled from a cold start, the throttle knowing nothing of it.
+type ColdCase struct {
+	Kind ColdKind
+	// Limit is the token bucket's rate in req/s and Burst its burst
+	// (BurstServer: 1 + Burst tokens); ColdBucket only.
+	Limit float64
+	Burst int
+	// Quota is the requests allowed per Window; ColdFixed and ColdSliding
+	// only.
+	Quota  int
+	Window time.Duration
+	// Latency is every answer's service time.
+	Latency time.Duration
+	// Status is the status above the limit; 0 means 429.
+	Status int
+	// RetryAfter makes the server send Retry-After with its refusals.
+	RetryAfter bool
+	// References adds the reference policies (References) to the case's
+	// scenario.
+	References bool
+}
+
+// ColdCases are the cases of the cold family, each run from a cold start
+// for 10 minutes:
+//
+//   - token buckets (429, no Retry-After) of 1, 5, 20 and 50 req/s, each
+//     with burst 0 and 10 (BurstServer: nginx's burst, 1 and 11 tokens),
+//     at 1 ms, 50 ms and 2 s latency: the whole cross product, 24 cases;
+//   - the same 5 req/s burst-0 bucket at 50 ms answering 503, nginx
+//     limit_req's defaults;
+//   - per-minute quotas of 60 and 600 requests, fixed windows (aligned to
+//     the minute) and sliding ones, at 50 ms, without Retry-After; and the
+//     fixed ones again with Retry-After to the window's end.
+//
+// The reference policies run in four of them: the 5 req/s bucket with
+// burst 10 and the 50 req/s one with burst 0 at 50 ms, the 600/min fixed
+// window, the 503 limiter (50 ms everywhere, where the references'
+// request rates stay moderate).
+func ColdCases() []ColdCase {
+	var cs []ColdCase
+	for _, l := range []float64{1, 5, 20, 50} {
+		for _, b := range []int{0, 10} {
+			for _, lat := range []time.Duration{time.Millisecond, 50 * time.Millisecond, 2 * time.Second} {
+				refs := lat == 50*time.Millisecond && (l == 5 && b == 10 || l == 50 && b == 0)
+				cs = append(cs, ColdCase{Kind: ColdBucket, Limit: l, Burst: b, Latency: lat, References: refs})
+			}
+		}
+	}
+	cs = append(cs, ColdCase{Kind: ColdBucket, Limit: 5, Burst: 0, Latency: 50 * time.Millisecond, Status: 503, References: true})
+	for _, ra := range []bool{false, true} {
+		for _, k := range []ColdKind{ColdFixed, ColdSliding} {
+			if ra && k == ColdSliding {
+				continue
+			}
+			for _, q := range []int{60, 600} {
+				refs := !ra && k == ColdFixed && q == 600
+				cs = append(cs, ColdCase{Kind: k, Quota: q, Window: time.Minute, Latency: 50 * time.Millisecond, RetryAfter: ra, References: refs})
+			}
+		}
+	}
+	return cs
+}
+
+// Rate is the case's limit in req/s: the bucket's rate, or the quota over
+// its window.
+func (c ColdCase) Rate() float64 {
+	if c.Kind == ColdBucket {
+		return c.Limit
+	}
+	return float64(c.Quota) / c.Window.Seconds()
+}
+
+// Name returns the case's scenario name: "cold-5rps-b0-50ms" for a token
+// bucket, with "-503" when it answers 503; "cold-60pm-fixed" or
+// "cold-600pm-sliding" for a per-minute quota ("cold-100per1h0m0s-fixed"
+// for another window); "-ra" with Retry-After.
+func (c ColdCase) Name() string {
+	var n string
+	if c.Kind == ColdBucket {
+		n = fmt.Sprintf("cold-%grps-b%d-%v", c.Limit, c.Burst, c.Latency)
+	} else {
+		per := fmt.Sprintf("per%v", c.Window)
+		if c.Window == time.Minute {
+			per = "pm"
+		}
+		kind := "fixed"
+		if c.Kind == ColdSliding {
+			kind = "sliding"
+		}
+		n = fmt.Sprintf("cold-%d%s-%s", c.Quota, per, kind)
+	}
+	if c.Status != 0 && c.Status != 429 {
+		n += fmt.Sprintf("-%d", c.Status)
+	}
+	if c.RetryAfter {
+		n += "-ra"
+	}
+	return n
+}
+
+// Workers is the case's workers: twice what the limit needs in flight at
+// its latency (limit x latency), at least 16, so they are never the
+// bottleneck.
+func (c ColdCase) Workers() int {
+	return max(16, int(math.Ceil(2*c.Rate()*c.Latency.Seconds())))
+}
+
+// Policy is the cold family's throttle policy for the case,
+// "throttle+cold": ColdRampupConfig, where the manager's GlobalConcurrency
+// cannot carry the limit at the case's latency (limit x latency above it:
+// 20 and 50 req/s at 2 s) raised, with Rampup.MaxConcurrency, to Workers,
+// so the case's capacity stays the server's limit.
+func (c ColdCase) Policy() PolicySpec {
+	cfg, raised := c.config()
+	about := coldAbout(cfg)
+	if raised {
+		about += fmt.Sprintf(" (GlobalConcurrency and Rampup.MaxConcurrency raised to %d for %g req/s x %v)", cfg.GlobalConcurrency, c.Rate(), c.Latency)
+	}
+	return ThrottlePolicy("throttle+cold", about, cfg)
+}
+
+// config returns the case's ColdRampupConfig and whether it raised the
+// concurrency.
+func (c ColdCase) config() (throttle.Config, bool) {
+	cfg := ColdRampupConfig()
+	if c.Rate()*c.Latency.Seconds() <= float64(cfg.GlobalConcurrency) {
+		return cfg, false
+	}
+	n := max(cfg.GlobalConcurrency, c.Workers())
+	cfg.GlobalConcurrency = n
+	cfg.Default.Rampup.MaxConcurrency = max(cfg.Default.Rampup.MaxConcurrency, n)
+	return cfg, true
+}
+
+// coldAbout describes a configuration of the cold family by the settings
+// that matter to it, so the text follows ColdRampupConfig.
+func coldAbout(cfg throttle.Config) string {
+	d := cfg.Default
+	maxc := "0 = GlobalConcurrency"
+	if d.Rampup.MaxConcurrency > 0 {
+		maxc = strconv.Itoa(d.Rampup.MaxConcurrency)
+	}
+	return fmt.Sprintf("throttle ColdRampupConfig(): Rampup %v (MaxConcurrency %s, signals %d-%d/window), Concurrency %d, Delay %v, SlotDelay %v, Window %v, GlobalConcurrency %d",
+		onOff(d.Rampup.Enabled), maxc, d.Rampup.MinSignals, d.Rampup.MaxSignals, d.Concurrency, d.Delay, d.SlotDelay, d.Window, cfg.GlobalConcurrency)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// ColdScenario is the scenario of one cold case: one API host, the case's
+// server, Workers workers, the throttle+cold policy (and the references
+// if the case has them). It starts cold, so ColdStart90 and First5Share
+// tell the start; the window after the first minute is measured for the
+// steady-state figures. d overrides the duration (default 10 min).
+func ColdScenario(c ColdCase, d time.Duration) Scenario {
+	d = or(d, coldDuration)
+	rate := c.Rate()
+	status := limitStatus(c.Status)
+	var limit string
+	switch c.Kind {
+	case ColdBucket:
+		tokens := "1 token"
+		if c.Burst > 0 {
+			tokens = fmt.Sprintf("%d tokens", 1+c.Burst)
+		}
+		limit = fmt.Sprintf("token bucket %g req/s, burst %d (%s)", c.Limit, c.Burst, tokens)
+	case ColdFixed:
+		limit = fmt.Sprintf("quota %d per %v, fixed windows aligned to the %v", c.Quota, c.Window, c.Window)
+	case ColdSliding:
+		limit = fmt.Sprintf("quota %d in any trailing %v (sliding window)", c.Quota, c.Window)
+	}
+	ra := "no Retry-After"
+	if c.RetryAfter {
+		ra = "Retry-After"
+		if c.Kind == ColdFixed {
+			ra += " to the window's end"
+		}
+	}
+	about := fmt.Sprintf("%s, %d above it with %s, latency %v; %d workers; cold start, capacity %g req/s", limit, status, ra, c.Latency, c.Workers(), rate)
+	if cfg, raised := c.config(); raised {
+		base := ColdRampupConfig().GlobalConcurrency
+		about += fmt.Sprintf(", GlobalConcurrency raised to %d (%d slots carry only %g req/s at %v)", cfg.GlobalConcurrency, base, float64(base)/c.Latency.Seconds(), c.Latency)
+	}
+	policies := []PolicySpec{c.Policy()}
+	if c.References {
+		policies = append(policies, References()...)
+	}
+	return Scenario{
+		Name:     c.Name(),
+		About:    about,
+		Duration: d, Clients: 1, Workers: c.Workers(),
+		Frontier: oneHost(apiHost),
+		NewServer: func(time.Time, *rand.Rand) Server {
+			switch c.Kind {
+			case ColdFixed:
+				return &FixedWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
+			case ColdSliding:
+				return &SlidingWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
+			}
+			return &BurstServer{Rate: c.Limit, Burst: c.Burst, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
+		},
+		Limit: rate, Capacity: rate,
+		MeasureFrom: min(coldMeasureFrom, d/2), RetryAfter: c.RetryAfter,
+		Policies: policies,
+	}
+}
+
+// ColdStormScenario is the storm scenario (StormScenario) with a 6-minute
+// storm, minutes 12-18 of 30, run with the cold family's policy next to
+// throttle+rampup and throttle+auto; d overrides the duration (the storm
+// stays at 40-60 % of it). The server has no limit, so no capacity and
+// no cold-start figures: it checks that the cold family's configuration
+// still goes quiet in a storm and comes back after it.
+func ColdStormScenario(d time.Duration) Scenario {
+	sc := StormScenario(or(d, 30*time.Minute))
+	sc.Name = "cold-storm"
+	cfg := ColdRampupConfig()
+	sc.Policies = []PolicySpec{ThrottlePolicy("throttle+cold", coldAbout(cfg), cfg), ThrottleRampup(), ThrottleAuto(1)}
+	return sc
+}
+
+// ColdScenarios returns the cold family: the scenario of each of
+// ColdCases, then ColdStormScenario. It is not in the default set
+// (Scenarios); AllScenarios has both. d, if not zero, overrides every
+// duration.
+func ColdScenarios(d time.Duration) []Scenario {
+	var s []Scenario
+	for _, c := range ColdCases() {
+		s = append(s, ColdScenario(c, d))
+	}
+	return append(s, ColdStormScenario(d))
+}
+
+// AllScenarios returns every scenario: the default set, then the cold
+// family. d, if not zero, overrides every duration.
+func AllScenarios(d time.Duration) []Scenario {
+	return append(Scenarios(d), ColdScenarios(d)...)
 }
 
 // Scenarios returns the default set, in report order; d, if not zero,

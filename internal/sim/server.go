@@ -50,13 +50,15 @@ func (b *TokenBucket) Take(now time.Time) (bool, time.Duration) {
 }
 
 // RateLimitServer answers 200 within its hidden token-bucket limit, per
-// host, and 429 above it, with a Retry-After (whole seconds, at least 1:
-// the time until a token is back, rounded up) when RetryAfter is set. Both
-// answers take Service.
+// host, and 429 (or Status) above it, with a Retry-After (whole seconds,
+// at least 1: the time until a token is back, rounded up) when RetryAfter
+// is set. Both answers take Service.
 type RateLimitServer struct {
 	Limit      float64 // req/s; the bucket's burst is the same number
 	Service    time.Duration
 	RetryAfter bool
+	// Status is the status answered above the limit; 0 means 429.
+	Status int
 	// Spread, with Rand, draws each service time uniformly from
 	// Service ± Spread (a fraction); 0 keeps it fixed.
 	Spread  float64
@@ -82,9 +84,166 @@ func (s *RateLimitServer) Handle(now time.Time, host string) Response {
 	if ok {
 		return Response{Status: 200, Latency: svc}
 	}
-	r := Response{Status: 429, Latency: svc}
+	r := Response{Status: limitStatus(s.Status), Latency: svc}
 	if s.RetryAfter {
-		r.RetryAfter = time.Duration(math.Max(1, math.Ceil(wait.Seconds()))) * time.Second
+		r.RetryAfter = retryAfter(wait)
+	}
+	return r
+}
+
+// limitStatus is the status a rate-limit server answers above its limit:
+// status, or 429 when it is 0.
+func limitStatus(status int) int {
+	if status == 0 {
+		return 429
+	}
+	return status
+}
+
+// retryAfter is the Retry-After a server sends for a wait: whole seconds,
+// rounded up, at least 1.
+func retryAfter(wait time.Duration) time.Duration {
+	return time.Duration(math.Max(1, math.Ceil(wait.Seconds()))) * time.Second
+}
+
+// BurstServer is a hidden token bucket per host with a burst separate from
+// its rate, as nginx's limit_req with nodelay: Rate tokens per second, a
+// request takes one, and the bucket holds 1 + Burst tokens (it starts
+// full). Burst counts the requests accepted at once beyond the one the
+// rate allows, as nginx's burst does: Burst 0, nginx's default, saves
+// nothing, so only requests at least 1/Rate apart (since the last one
+// accepted) get through; Burst 10 lets 11 through at once after a quiet
+// spell. (golang.org/x/time/rate's burst b is Burst b-1 here.) Refused
+// requests take no token. Above the limit it answers Status (0 means 429;
+// nginx's limit_req_status defaults to 503), with a Retry-After (the time
+// until a token is back, whole seconds rounded up, at least 1) when
+// RetryAfter is set. Every answer takes Latency.
+type BurstServer struct {
+	Rate       float64
+	Burst      int
+	Status     int
+	RetryAfter bool
+	Latency    time.Duration
+
+	buckets map[string]*TokenBucket
+}
+
+// Handle implements Server.
+func (s *BurstServer) Handle(now time.Time, host string) Response {
+	if s.buckets == nil {
+		s.buckets = make(map[string]*TokenBucket)
+	}
+	b := s.buckets[host]
+	if b == nil {
+		b = &TokenBucket{Rate: s.Rate, Burst: 1 + float64(max(0, s.Burst))}
+		s.buckets[host] = b
+	}
+	ok, wait := b.Take(now)
+	if ok {
+		return Response{Status: 200, Latency: s.Latency}
+	}
+	r := Response{Status: limitStatus(s.Status), Latency: s.Latency}
+	if s.RetryAfter {
+		r.RetryAfter = retryAfter(wait)
+	}
+	return r
+}
+
+// FixedWindowServer is a quota per host of Quota requests per Window, the
+// windows aligned to multiples of Window since the zero time (for a
+// minute or an hour, the wall clock's minutes or hours, UTC): the first
+// Quota requests of a window are answered 200, the others Status (0 means
+// 429), with a Retry-After to the window's end (whole seconds rounded up,
+// at least 1) when RetryAfter is set. The count restarts at each window.
+// Every answer takes Latency.
+type FixedWindowServer struct {
+	Quota      int
+	Window     time.Duration
+	Status     int
+	RetryAfter bool
+	Latency    time.Duration
+
+	windows map[string]*fixedWindow
+}
+
+type fixedWindow struct {
+	start time.Time
+	n     int
+}
+
+// Handle implements Server.
+func (s *FixedWindowServer) Handle(now time.Time, host string) Response {
+	if s.windows == nil {
+		s.windows = make(map[string]*fixedWindow)
+	}
+	w := s.windows[host]
+	if w == nil {
+		w = &fixedWindow{}
+		s.windows[host] = w
+	}
+	if start := now.Truncate(s.Window); !start.Equal(w.start) {
+		w.start, w.n = start, 0
+	}
+	if w.n < s.Quota {
+		w.n++
+		return Response{Status: 200, Latency: s.Latency}
+	}
+	r := Response{Status: limitStatus(s.Status), Latency: s.Latency}
+	if s.RetryAfter {
+		r.RetryAfter = retryAfter(w.start.Add(s.Window).Sub(now))
+	}
+	return r
+}
+
+// SlidingWindowServer is a quota per host of Quota requests in any
+// trailing Window: a request at t is answered 200 when fewer than Quota
+// requests were accepted in (t-Window, t], otherwise Status (0 means 429);
+// refused requests don't count. With RetryAfter, a refusal carries the
+// time until the oldest accepted request of the window leaves it (whole
+// seconds rounded up, at least 1). Every answer takes Latency.
+type SlidingWindowServer struct {
+	Quota      int
+	Window     time.Duration
+	Status     int
+	RetryAfter bool
+	Latency    time.Duration
+
+	windows map[string]*slidingWindow
+}
+
+// slidingWindow is one host's accepted requests, in order; those before
+// head have left the window.
+type slidingWindow struct {
+	accepted []time.Time
+	head     int
+}
+
+// Handle implements Server.
+func (s *SlidingWindowServer) Handle(now time.Time, host string) Response {
+	if s.windows == nil {
+		s.windows = make(map[string]*slidingWindow)
+	}
+	w := s.windows[host]
+	if w == nil {
+		w = &slidingWindow{}
+		s.windows[host] = w
+	}
+	cut := now.Add(-s.Window)
+	for w.head < len(w.accepted) && !w.accepted[w.head].After(cut) {
+		w.head++
+	}
+	if w.head > 64 && w.head > len(w.accepted)/2 {
+		// Compact, so the slice stays near Quota long over a long run.
+		w.accepted = w.accepted[:copy(w.accepted, w.accepted[w.head:])]
+		w.head = 0
+	}
+	if len(w.accepted)-w.head < s.Quota {
+		w.accepted = append(w.accepted, now)
+		return Response{Status: 200, Latency: s.Latency}
+	}
+	r := Response{Status: limitStatus(s.Status), Latency: s.Latency}
+	if s.RetryAfter {
+		r.RetryAfter = retryAfter(w.accepted[w.head].Add(s.Window).Sub(now))
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"io"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -412,5 +413,364 @@ func TestReports(t *testing.T) {
 		if lines < len(sr.Results) {
 			t.Fatalf("%s.svg has %d lines for %d policies", sr.Scenario.Name, lines, len(sr.Results))
 		}
+	}
+}
+
+// TestBurstServer: the token bucket of 1 + Burst tokens at Rate per
+// second, on binary-exact times so the arithmetic is exact.
+func TestBurstServer(t *testing.T) {
+	at := func(ms int) time.Time { return Epoch.Add(time.Duration(ms) * time.Millisecond) }
+	// Burst 0 (nginx's default): one token, 4 per second, so requests
+	// must be 250 ms apart; a refusal takes no token.
+	s := &BurstServer{Rate: 4, Burst: 0, RetryAfter: true, Latency: 10 * time.Millisecond}
+	for _, c := range []struct {
+		ms     int
+		status int
+		ra     time.Duration
+	}{
+		{0, 200, 0},
+		{125, 429, time.Second}, // half a token: 125 ms to wait, rounded up to 1 s
+		{250, 200, 0},           // the refusal took nothing: a whole token at 250
+		{250, 429, time.Second},
+		{500, 200, 0},
+		{5000, 200, 0}, // a long pause saves one token, no more
+		{5000, 429, time.Second},
+	} {
+		r := s.Handle(at(c.ms), "a")
+		if r.Status != c.status || r.RetryAfter != c.ra || r.Latency != 10*time.Millisecond {
+			t.Fatalf("burst 0 at %d ms: %+v, want %d with Retry-After %v", c.ms, r, c.status, c.ra)
+		}
+	}
+	if r := s.Handle(at(5000), "b"); r.Status != 200 {
+		t.Fatalf("another host has its own bucket: %+v", r)
+	}
+	// Burst 10: 11 at once after a quiet spell, then 4 per second.
+	s = &BurstServer{Rate: 4, Burst: 10, Status: 503}
+	var st []int
+	for range 12 {
+		st = append(st, s.Handle(Epoch, "a").Status)
+	}
+	if st[10] != 200 || st[11] != 503 {
+		t.Fatalf("burst 10: statuses %v, want 11 x 200 then 503", st)
+	}
+	if s.Handle(at(250), "a").Status != 200 || s.Handle(at(250), "a").Status != 503 {
+		t.Fatal("burst 10: one token back after 250 ms")
+	}
+	if r := s.Handle(at(300), "a"); r.RetryAfter != 0 || r.Status != 503 {
+		t.Fatalf("without RetryAfter: %+v", r)
+	}
+	if r := (&RateLimitServer{Limit: 1, Status: 503}); r.Handle(Epoch, "a").Status != 200 || r.Handle(Epoch, "a").Status != 503 {
+		t.Fatal("RateLimitServer.Status")
+	}
+}
+
+// TestFixedWindowServer: Quota per window aligned to the window, the
+// count restarting at each window; Retry-After to the window's end.
+func TestFixedWindowServer(t *testing.T) {
+	at := func(ms int) time.Time { return Epoch.Add(time.Duration(ms) * time.Millisecond) }
+	s := &FixedWindowServer{Quota: 3, Window: time.Minute, RetryAfter: true, Latency: time.Millisecond}
+	for _, c := range []struct {
+		ms     int
+		status int
+		ra     time.Duration
+	}{
+		{0, 200, 0}, {10000, 200, 0}, {20000, 200, 0},
+		{30000, 429, 30 * time.Second},
+		{59500, 429, time.Second},                         // 0.5 s left, rounded up
+		{60000, 200, 0}, {61000, 200, 0}, {62000, 200, 0}, // a new window, a new quota
+		{63000, 429, 57 * time.Second},
+		{170000, 200, 0}, {171000, 200, 0}, {172000, 200, 0}, // window 2 (120-180 s)
+		{179000, 429, time.Second},
+		{180000, 200, 0},
+	} {
+		r := s.Handle(at(c.ms), "a")
+		if r.Status != c.status || r.RetryAfter != c.ra || r.Latency != time.Millisecond {
+			t.Fatalf("at %d ms: %+v, want %d with Retry-After %v", c.ms, r, c.status, c.ra)
+		}
+	}
+	// A crawl that starts in the middle of a window gets its rest: the
+	// quota is back at the next whole minute, not a minute after the start.
+	s = &FixedWindowServer{Quota: 2, Window: time.Minute, Status: 503, RetryAfter: true}
+	s.Handle(at(50000), "a")
+	s.Handle(at(51000), "a")
+	if r := s.Handle(at(52000), "a"); r.Status != 503 || r.RetryAfter != 8*time.Second {
+		t.Fatalf("mid-window start: %+v", r)
+	}
+	if r := s.Handle(at(60000), "a"); r.Status != 200 {
+		t.Fatalf("next window: %+v", r)
+	}
+	if r := s.Handle(at(52000), "b"); r.Status != 200 {
+		t.Fatalf("another host has its own quota: %+v", r)
+	}
+}
+
+// TestSlidingWindowServer: Quota accepted requests in any trailing
+// Window; refusals don't count; Retry-After until the oldest leaves.
+func TestSlidingWindowServer(t *testing.T) {
+	at := func(ms int) time.Time { return Epoch.Add(time.Duration(ms) * time.Millisecond) }
+	s := &SlidingWindowServer{Quota: 3, Window: time.Minute, RetryAfter: true, Latency: time.Millisecond}
+	for _, c := range []struct {
+		ms     int
+		status int
+		ra     time.Duration
+	}{
+		{0, 200, 0}, {10000, 200, 0}, {20000, 200, 0},
+		{30000, 429, 30 * time.Second}, // the one at 0 leaves at 60 s
+		{59999, 429, time.Second},
+		{60000, 200, 0},               // (0, 60] holds 10 and 20: the one at 0 left
+		{61000, 429, 9 * time.Second}, // the one at 10 leaves at 70
+		{65000, 429, 5 * time.Second}, // refusals count for nothing
+		{70000, 200, 0},
+		{70001, 429, 10 * time.Second}, // 20 leaves at 80: 9.999 s, rounded up
+	} {
+		r := s.Handle(at(c.ms), "a")
+		if r.Status != c.status || r.RetryAfter != c.ra || r.Latency != time.Millisecond {
+			t.Fatalf("at %d ms: %+v, want %d with Retry-After %v", c.ms, r, c.status, c.ra)
+		}
+	}
+	// A long run past the compaction: 2 per trailing second, arrivals
+	// every 400 ms: in (t-1s, t] at most t, t-0.4 and t-0.8, so every
+	// third is refused.
+	s = &SlidingWindowServer{Quota: 2, Window: time.Second}
+	ok := 0
+	for k := range 1000 {
+		r := s.Handle(at(400*k), "a")
+		if want := k%3 != 2; (r.Status == 200) != want {
+			t.Fatalf("arrival %d: %d", k, r.Status)
+		}
+		if r.Status == 200 {
+			ok++
+		}
+	}
+	if ok != 667 || len(s.windows["a"].accepted) > 200 {
+		t.Fatalf("%d accepted, %d kept", ok, len(s.windows["a"].accepted))
+	}
+}
+
+// handRun measures a hand-made run of capacity capa req/s and length d:
+// one request per start, 2xx unless listed in refused.
+func handRun(capa float64, d time.Duration, starts []time.Duration, refused map[time.Duration]bool) Metrics {
+	rec := &recorder{t0: Epoch, hosts: map[string]int32{apiHost: 0}}
+	for _, s := range starts {
+		st := int16(200)
+		if refused[s] {
+			st = 429
+		}
+		end := s + time.Millisecond
+		if end > d {
+			end = -1 // unanswered at the end, as in a run
+		}
+		rec.reqs = append(rec.reqs, req{start: s, end: end, status: st})
+	}
+	sc := &Scenario{Name: "hand", Duration: d, Capacity: capa, MeasureFrom: time.Minute}
+	return measure(sc, PolicySpec{Name: "p"}, rec, Epoch.Add(d)).Metrics
+}
+
+// every returns the times from from (included) to to (excluded), gap
+// apart.
+func every(from, to, gap time.Duration) []time.Duration {
+	var ts []time.Duration
+	for t := from; t < to; t += gap {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+func TestColdStartMetrics(t *testing.T) {
+	near := func(v *float64, want float64) bool { return v != nil && math.Abs(*v-want) < 1e-9 }
+	// 10 req/s of 2xx from the start against a capacity of 10: the
+	// trailing minute needs 540; the 540th arrives at 53.9 s.
+	m := handRun(10, 10*time.Minute, every(0, 10*time.Minute, 100*time.Millisecond), nil)
+	if !near(m.ColdStart90, 53.9) || !near(m.First5Share, 1) || !near(m.OKPerCapacity, 1) {
+		t.Fatalf("constant rate: cold90 %v, first5 %v, 2xx/cap %v", fmtPtr(m.ColdStart90, 1), fmtPtr(m.First5Share, 1), fmtPtr(m.OKPerCapacity, 1))
+	}
+	// 9 req/s (90 %) reaches it too, at the 540th: 539/9 s.
+	m = handRun(10, 10*time.Minute, every(0, 10*time.Minute, time.Second/9), nil)
+	if !near(m.ColdStart90, (539 * (time.Second / 9)).Seconds()) {
+		t.Fatalf("90 %%: cold90 %v", fmtPtr(m.ColdStart90, 1))
+	}
+	// Counted from the first request, a refused one at 0 here; the 2xx
+	// from 5 s.
+	m = handRun(10, 10*time.Minute, append([]time.Duration{0}, every(5*time.Second, 10*time.Minute, 100*time.Millisecond)...), map[time.Duration]bool{0: true})
+	if !near(m.ColdStart90, 58.9) || !near(m.First5Share, 2950.0/3000) {
+		t.Fatalf("late 2xx: cold90 %v, first5 %v", fmtPtr(m.ColdStart90, 1), fmtPtr(m.First5Share, 1))
+	}
+	// A burst of 500 in 5 s then nothing: the fixed 60-s divisor gives it
+	// 500/60 = 8.3 req/s at most, never 9.
+	m = handRun(10, 10*time.Minute, every(0, 5*time.Second, 10*time.Millisecond), nil)
+	if m.ColdStart90 == nil || *m.ColdStart90 != -1 || !near(m.First5Share, 500.0/3000) {
+		t.Fatalf("burst then stop: cold90 %v, first5 %v", fmtPtr(m.ColdStart90, 1), fmtPtr(m.First5Share, 1))
+	}
+	// 8.9 req/s forever never does either.
+	if m = handRun(10, 10*time.Minute, every(0, 10*time.Minute, time.Second*10/89), nil); *m.ColdStart90 != -1 {
+		t.Fatalf("89 %%: cold90 %v", fmtPtr(m.ColdStart90, 1))
+	}
+	// A run shorter than 5 minutes has no First5Share; one without a
+	// capacity neither figure.
+	if m = handRun(10, 2*time.Minute, every(0, 2*time.Minute, 100*time.Millisecond), nil); !near(m.ColdStart90, 53.9) || m.First5Share != nil {
+		t.Fatalf("short run: cold90 %v, first5 %v", fmtPtr(m.ColdStart90, 1), fmtPtr(m.First5Share, 1))
+	}
+	if m = handRun(0, 10*time.Minute, every(0, time.Minute, time.Second), nil); m.ColdStart90 != nil || m.First5Share != nil {
+		t.Fatal("cold figures without a capacity")
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	res := func(seed uint64, okcap, first5, cold, sig float64, quiet int) Result {
+		return Result{About: "a", Series: Series{Rate: []float64{float64(seed)}}, Metrics: Metrics{
+			Scenario: "s", Policy: "p", Seed: seed, Seeds: 1, Requests: int(100 * seed),
+			SentRate: float64(seed), OKRate: 10 * okcap, MeanInFlight: float64(seed),
+			Capacity: ptr(10.0), OKPerCapacity: ptr(okcap), OKPerCapacityMean: ptr(okcap),
+			SignalsPerMin: sig, ColdStart90: ptr(cold), First5Share: ptr(first5),
+			StormQuietAfter: ptr(quiet), StormRequests: ptr(int(seed)),
+		}}
+	}
+	rs := []Result{
+		res(1, 0.99, 0.80, 40, 1, 3),
+		res(2, 0.90, 0.85, -1, 0.5, 2),
+		res(3, 0.96, 0.70, 70, 3, 4),
+	}
+	a := Aggregate(rs)
+	m := a.Metrics
+	if m.Seed != 1 || m.Seeds != 3 || a.Series.Rate[0] != 1 || m.Requests != 200 || m.SentRate != 2 || m.MeanInFlight != 2 {
+		t.Fatalf("seed, series or means: %+v", m)
+	}
+	if *m.OKPerCapacity != 0.90 || m.OKRate != 9 || math.Abs(*m.OKPerCapacityMean-0.95) > 1e-12 || *m.First5Share != 0.70 {
+		t.Fatalf("lowest 2xx/cap %v (mean %v), 2xx/s %v, first5 %v", *m.OKPerCapacity, *m.OKPerCapacityMean, m.OKRate, *m.First5Share)
+	}
+	if *m.ColdStart90 != -1 || m.SignalsPerMin != 3 || *m.StormQuietAfter != 4 || *m.StormRequests != 3 {
+		t.Fatalf("never is the worst cold start (%v); highest signals %v, quiet %v, storm %v", *m.ColdStart90, m.SignalsPerMin, *m.StormQuietAfter, *m.StormRequests)
+	}
+	if *rs[0].Metrics.OKPerCapacity != 0.99 {
+		t.Fatal("Aggregate changed its input")
+	}
+	rs[1].Metrics.ColdStart90 = ptr(50.0)
+	rs[1].Metrics.StormQuietAfter = ptr(-1)
+	if m := Aggregate(rs).Metrics; *m.ColdStart90 != 70 || *m.StormQuietAfter != -1 {
+		t.Fatalf("highest cold start %v, never quiet %v", *m.ColdStart90, *m.StormQuietAfter)
+	}
+	if m := Aggregate(rs[:1]).Metrics; m.Seeds != 1 || *m.OKPerCapacity != 0.99 {
+		t.Fatal("one result is not returned as it is")
+	}
+
+	// RunSeeds: each seed's run is Run's, in seed order, the rows are
+	// their aggregates, whatever the parallelism.
+	sc := ColdScenario(ColdCase{Kind: ColdBucket, Limit: 5, Burst: 10, Latency: 50 * time.Millisecond, References: true}, 3*time.Minute)
+	sc.Policies = []PolicySpec{sc.Policies[0], policy(t, sc, "rate-double")}
+	got := RunSeeds([]Scenario{sc}, 5, 3, 4)[0]
+	seq := RunSeeds([]Scenario{sc}, 5, 3, 1)[0]
+	for j, p := range sc.Policies {
+		for k := range 3 {
+			if want := Run(sc, p, 5+uint64(k)).Metrics; !reflect.DeepEqual(got.PerSeed[j][k].Metrics, want) {
+				t.Fatalf("%s seed %d: %+v, want %+v", p.Name, 5+k, got.PerSeed[j][k].Metrics, want)
+			}
+		}
+		if !reflect.DeepEqual(got.Results[j].Metrics, Aggregate(got.PerSeed[j]).Metrics) || !reflect.DeepEqual(got.Results[j].Metrics, seq.Results[j].Metrics) {
+			t.Fatalf("%s: rows differ from the aggregate or with the parallelism", p.Name)
+		}
+	}
+	var tab bytes.Buffer
+	if err := WriteTable(&tab, []ScenarioResult{got}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(tab.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "worst of 3 seeds (5-7)") || !strings.Contains(lines[1], "2xx/cap mean") || !strings.Contains(lines[1], "cold90 s") {
+		t.Fatalf("table of 3 seeds:\n%s", tab.String())
+	}
+}
+
+// TestColdFamily: the cold family's shape, and a short run of each of
+// its scenarios.
+func TestColdFamily(t *testing.T) {
+	cold, err := Select(AllScenarios(0), "cold-*")
+	if err != nil || len(cold) != len(ColdCases())+1 {
+		t.Fatalf("cold-*: %v, %d scenarios", err, len(cold))
+	}
+	if s, _ := Select(Scenarios(0), "all"); len(s) != len(Scenarios(0)) || strings.HasPrefix(s[len(s)-1].Name, "cold-") {
+		t.Fatal("the cold family is in the default set")
+	}
+	names := map[string]bool{}
+	for _, sc := range cold {
+		if names[sc.Name] {
+			t.Fatalf("two scenarios named %s", sc.Name)
+		}
+		names[sc.Name] = true
+	}
+	base := ColdRampupConfig().GlobalConcurrency
+	for _, c := range ColdCases() {
+		sc := ColdScenario(c, 0)
+		cfg, raised := c.config()
+		if sc.Capacity != c.Rate() || sc.Limit != c.Rate() || sc.MeasureFrom != time.Minute || sc.Duration != 10*time.Minute || sc.Policies[0].Name != "throttle+cold" {
+			t.Fatalf("%s: capacity %g, measured from %v, %v, %s", sc.Name, sc.Capacity, sc.MeasureFrom, sc.Duration, sc.Policies[0].Name)
+		}
+		need := c.Rate() * c.Latency.Seconds()
+		if raised != (need > float64(base)) || float64(cfg.GlobalConcurrency) < need || cfg.Default.Rampup.MaxConcurrency != 0 && float64(cfg.Default.Rampup.MaxConcurrency) < need ||
+			float64(sc.Workers) < 2*need || raised != strings.Contains(sc.About, "raised") {
+			t.Fatalf("%s: GlobalConcurrency %d (raised %v), MaxConcurrency %d, %d workers for %g in flight", sc.Name,
+				cfg.GlobalConcurrency, raised, cfg.Default.Rampup.MaxConcurrency, sc.Workers, need)
+		}
+	}
+	for _, n := range []string{"cold-50rps-b10-2s", "cold-5rps-b0-50ms-503", "cold-60pm-fixed-ra", "cold-600pm-sliding", "cold-storm"} {
+		if !names[n] {
+			t.Fatalf("no scenario %s", n)
+		}
+	}
+	short, _ := Select(ColdScenarios(2*time.Minute), "cold-*")
+	for _, sr := range RunAll(short, testSeed, 0) {
+		for _, r := range sr.Results {
+			m := r.Metrics
+			if sr.Scenario.Capacity > 0 && (m.ColdStart90 == nil || m.First5Share != nil || m.Requests == 0) {
+				t.Fatalf("%s/%s: cold90 %v, first5 %v, %d requests", m.Scenario, m.Policy, fmtPtr(m.ColdStart90, 1), fmtPtr(m.First5Share, 1), m.Requests)
+			}
+		}
+	}
+}
+
+// coldSeeds is how many seeds TestColdStartTargets runs.
+const coldSeeds = 8
+
+// TestColdStartTargets: the cold family's throttle policy
+// (ColdRampupConfig) over 8 seeds, from a cold start, on the worst seed:
+// a token bucket's trailing-minute 2xx rate reaches 90 % of the limit
+// within 60 s (ColdStart90), a per-minute quota's within 2 windows
+// (120 s); over minutes 1-10, 2xx >= 95 % of the limit with <= 2
+// signals/min. The rampup being rebuilt does not meet them yet, so the
+// test runs only with THROTTLE_COLDSTART=1.
+func TestColdStartTargets(t *testing.T) {
+	if os.Getenv("THROTTLE_COLDSTART") != "1" {
+		t.Skip("cold-start targets (issue 14 item 5) not met yet by rampup: set THROTTLE_COLDSTART=1 to run them")
+	}
+	cases := ColdCases()
+	var scs []Scenario
+	for _, c := range cases {
+		sc := ColdScenario(c, 0)
+		sc.Policies = sc.Policies[:1]
+		scs = append(scs, sc)
+	}
+	res := RunSeeds(scs, testSeed, coldSeeds, 0)
+	for i, c := range cases {
+		m := res[i].Results[0].Metrics
+		t.Run(c.Name(), func(t *testing.T) {
+			maxCold := 60.0
+			if c.Kind != ColdBucket {
+				maxCold = 2 * c.Window.Seconds()
+			}
+			reached := "after " + fmtPtr(m.ColdStart90, 1) + " s"
+			if *m.ColdStart90 < 0 {
+				reached = "never"
+			}
+			t.Logf("worst of %d seeds: 90 %% of the limit %s (target %g s), first5 %s %%, 2xx/cap %s %% (mean %s %%), %.2f signals/min",
+				coldSeeds, reached, maxCold, fmtPtr(m.First5Share, 100), fmtPtr(m.OKPerCapacity, 100),
+				fmtPtr(m.OKPerCapacityMean, 100), m.SignalsPerMin)
+			if c := *m.ColdStart90; c < 0 || c > maxCold {
+				t.Errorf("cold start: 90 %% of the limit %s, want within %g s", reached, maxCold)
+			}
+			if *m.OKPerCapacity < 0.95 {
+				t.Errorf("steady state: %.1f %% of the limit, want >= 95 %%", 100**m.OKPerCapacity)
+			}
+			if m.SignalsPerMin > 2 {
+				t.Errorf("steady state: %.2f signals/min, want <= 2", m.SignalsPerMin)
+			}
+		})
 	}
 }
