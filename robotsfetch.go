@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,7 +18,9 @@ import (
 // On the first request to an origin (scheme, host and port) through
 // Acquire or the Transport, its /robots.txt is fetched once, through the
 // throttle itself (it is a request in the host's scope), and cached for
-// TTL; concurrent first requests share the one fetch. A valid Crawl-delay
+// TTL; concurrent first requests share the one fetch. The fetch is no
+// caller's: a caller whose context ends stops waiting for it, with its
+// context's error, and the fetch goes on for the others. A valid Crawl-delay
 // or Request-rate for the user agent sets the host's scope to Concurrency 1
 // and Delay = min(value, MaxDelay); it never lowers a configured delay. On
 // a scope configured explicitly (Config.Scopes or ScopeConfigFunc) the
@@ -178,10 +182,14 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 }
 
 // ensure makes sure req's origin has a robots.txt that is fresh or being
-// fetched, fetching it in this goroutine if no one else is, and waits at
-// most FetchTimeout for a fetch in progress. rt, if not nil, is the
+// fetched, starting the fetch if no one else has, and waits for it as long
+// as ctx allows (a caller that did not start it, at most FetchTimeout). The
+// fetch is no caller's: it runs on its own goroutine, with ctx's values but
+// not its cancellation or deadline, bounded by FetchTimeout, so a caller
+// that leaves does not make it fail for the others. rt, if not nil, is the
 // Transport the request goes through, used for the fetch. It reports
-// whether it waited (so the caller's now is stale).
+// whether it waited (so the caller's now is stale, and ctx may have ended:
+// the caller checks).
 func (c *robotsCache) ensure(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (waited bool) {
 	key, ok := originOf(req)
 	if !ok || c.fresh(key, now) {
@@ -212,68 +220,150 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, rt *Transpo
 	c.evictLocked(now)
 	c.origins[key] = ne
 	c.mu.Unlock()
-	c.fetch(ctx, req, key, ne, rt)
+	run := c.start(ctx, req, key, ne, rt)
+	select { // the fetch ends by FetchTimeout
+	case <-ne.done:
+	case <-ctx.Done():
+	}
+	run.leave()
 	return true
 }
 
-// fetch gets key's robots.txt, records the outcome and applies the delay.
-func (c *robotsCache) fetch(ctx context.Context, req *http.Request, key origin, e *robotsEntry, rt *Transport) {
-	robots, ok, err := c.get(ctx, req, key, rt)
+// robotsRun is a fetch in progress as the caller that started it sees it:
+// a panic in the fetch (user code: a Scoper, a hook, a base RoundTripper)
+// reaches that caller if it still waits, as it would have on the caller's
+// own goroutine, and is logged otherwise.
+type robotsRun struct {
+	state atomic.Int32 // runWaiting, runLeft or runPanicked
+	pv    any          // the fetch's panic, set before runPanicked
+}
+
+const (
+	runWaiting  = iota // the starter waits for the fetch
+	runLeft            // the starter has gone
+	runPanicked        // the fetch panicked while the starter waited
+)
+
+// leave is called by the starter when it stops waiting; it re-panics with
+// the fetch's panic, if the fetch panicked meanwhile.
+func (r *robotsRun) leave() {
+	if !r.state.CompareAndSwap(runWaiting, runLeft) {
+		panic(r.pv)
+	}
+}
+
+// start fetches key's robots.txt for e on a new goroutine. What the fetch
+// needs of req is read now: the caller may change req once it has left.
+func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry, rt *Transport) *robotsRun {
+	f := robotsFetch{key: key, e: e, rt: rt, ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
+	if f.agent == "" {
+		f.agent = ProductToken(req.UserAgent())
+	}
+	host, err := RequestHost(req)
+	f.host, f.hasHost = host, err == nil
+	// The fetch is a request of the host, not of the caller's context: it
+	// gets the Scoper's scopes, not those attached with WithScopes (a
+	// robots.txt must not spend an API's credits), and it outlives the
+	// caller.
+	fctx := context.WithValue(context.WithValue(context.WithoutCancel(ctx), robotsFetchKey{}, true), scopesKey{}, noScopes{})
+	run := &robotsRun{}
+	go func() {
+		var recorded, ended bool
+		defer func() {
+			pv := recover()
+			if !ended { // it panicked (or called runtime.Goexit): a failure
+				if !recorded {
+					c.record(&f, nil, false)
+				}
+				c.end(e)
+			}
+			if pv == nil {
+				return
+			}
+			run.pv = pv
+			if !run.state.CompareAndSwap(runWaiting, runPanicked) {
+				c.m.log.Error("throttle: robots.txt fetch panicked", "origin", key.String(), "panic", pv, "stack", string(debug.Stack()))
+			}
+		}()
+		robots, ok, err := c.get(fctx, &f)
+		robots, failures := c.record(&f, robots, ok)
+		recorded = true
+		if err != nil {
+			c.m.log.Debug("throttle: robots.txt fetch failed", "origin", key.String(), "error", err, "failures", failures)
+		}
+		if f.hasHost {
+			d, has := robots.Delay(f.agent)
+			if !has {
+				d = 0
+			}
+			// Before the callers waiting for the fetch are let go, so
+			// none starts without the delay.
+			c.setHostDelay(f.host, min(d, c.cfg.MaxDelay))
+		}
+		c.end(e)
+		ended = true
+	}()
+	return run
+}
+
+// robotsFetch is what one fetch needs.
+type robotsFetch struct {
+	key     origin
+	e       *robotsEntry
+	rt      *Transport
+	ua      string // the User-Agent header of the request that started it
+	agent   string // the product token matched against robots.txt groups
+	host    string // the scope key of the origin's host, if hasHost
+	hasHost bool
+}
+
+// record records the outcome of f and returns the rules to apply (the ones
+// fetched, or on a failure those fetched before, if any) and the failures
+// since the last success.
+func (c *robotsCache) record(f *robotsFetch, robots *Robots, ok bool) (*Robots, int) {
 	now := c.m.clock.Now()
+	e := f.e
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if ok {
 		e.robots, e.failures = robots, 0
 		e.expires = now.Add(c.cfg.TTL)
 		c.bytes -= e.size
 		e.size = robots.heapSize()
 		c.bytes += e.size
-		c.trimLocked(key)
+		c.trimLocked(f.key)
 	} else {
 		e.failures++
 		retry := robotsFailureRetry << min(e.failures-1, 20)
 		e.expires = now.Add(min(retry, c.cfg.TTL))
 	}
-	e.ready = true
-	close(e.done)
-	robots = e.robots
-	c.mu.Unlock()
-	if err != nil {
-		c.m.log.Debug("throttle: robots.txt fetch failed", "origin", key.String(), "error", err, "failures", e.failures)
-	}
-	host, herr := RequestHost(req)
-	if herr != nil {
-		return
-	}
-	agent := c.cfg.UserAgent
-	if agent == "" {
-		agent = ProductToken(req.UserAgent())
-	}
-	d, has := robots.Delay(agent)
-	if !has {
-		d = 0
-	}
-	c.setHostDelay(host, min(d, c.cfg.MaxDelay))
+	return e.robots, e.failures
 }
 
-// get fetches and parses key's robots.txt. ok=false means a failure to
-// retry later; a 4xx or a redirect loop is ok with no rules (nil).
-func (c *robotsCache) get(ctx context.Context, req *http.Request, key origin, rt *Transport) (*Robots, bool, error) {
-	// The fetch is a request of the host, not of the caller's context: it
-	// gets the Scoper's scopes, not those attached with WithScopes (a
-	// robots.txt must not spend an API's credits).
-	fctx := context.WithValue(context.WithValue(ctx, robotsFetchKey{}, true), scopesKey{}, noScopes{})
-	fctx, cancel := context.WithTimeout(fctx, c.cfg.FetchTimeout)
+// end marks e's fetch as over and lets its waiters go.
+func (c *robotsCache) end(e *robotsEntry) {
+	c.mu.Lock()
+	e.ready = true
+	close(e.done)
+	c.mu.Unlock()
+}
+
+// get fetches and parses f's robots.txt with ctx. ok=false means a
+// failure to retry later; a 4xx or a redirect loop is ok with no rules
+// (nil).
+func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*Robots, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.FetchTimeout)
 	defer cancel()
-	rq, err := http.NewRequestWithContext(fctx, http.MethodGet, key.String()+"/robots.txt", nil)
+	rq, err := http.NewRequestWithContext(ctx, http.MethodGet, f.key.String()+"/robots.txt", nil)
 	if err != nil {
 		return nil, true, err // no URL to fetch: no rules
 	}
-	if ua := req.Header.Get("User-Agent"); ua != "" {
-		rq.Header.Set("User-Agent", ua)
+	if f.ua != "" {
+		rq.Header.Set("User-Agent", f.ua)
 	}
 	client := c.client
-	if rt != nil && c.cfg.Client == nil {
-		client = &http.Client{Transport: rt, CheckRedirect: limitRedirects}
+	if f.rt != nil && c.cfg.Client == nil {
+		client = &http.Client{Transport: f.rt, CheckRedirect: limitRedirects}
 	}
 	resp, err := client.Do(rq)
 	if err != nil {
@@ -430,8 +520,9 @@ func (c *robotsCache) evictLocked(now time.Time) {
 // robots.txt (4xx). One that could not be fetched (5xx, network error, a
 // timeout) and has no earlier copy disallows everything, as RFC 9309
 // requires, until a fetch succeeds (retried after a minute, then doubling).
-// It returns an error only when robots.txt handling is off or req has no
-// URL.
+// It returns an error when robots.txt handling is off or req has no URL,
+// and one wrapping ctx.Err() when ctx ends before the fetch does (the
+// fetch goes on for the other callers).
 func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*Robots, error) {
 	if m.robots == nil {
 		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")
@@ -446,7 +537,8 @@ func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*
 	}
 	m.robots.mu.RLock()
 	defer m.robots.mu.RUnlock()
-	if e := m.robots.origins[key]; e != nil && e.ready {
+	e := m.robots.origins[key]
+	if e != nil && e.ready {
 		if e.failures > 0 && e.robots == nil {
 			// RFC 9309 2.3.1.4: unreachable (a server or network error)
 			// means the crawler MUST assume complete disallow; with a
@@ -454,6 +546,9 @@ func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*
 			return disallowAll, nil
 		}
 		return e.robots, nil
+	}
+	if err := ctx.Err(); err != nil { // it ended before the fetch did
+		return nil, fmt.Errorf("throttle: robots.txt of %s: %w", key, err)
 	}
 	return nil, nil
 }

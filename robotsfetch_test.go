@@ -384,6 +384,141 @@ func TestRobotsOverRealServers(t *testing.T) {
 	assert.Less(t, bigWritten.Load(), int64(10<<20), "the body was not read to its end")
 }
 
+// TestRobotsCancelledCallerDuringFetch (issue 14 item 7): a caller whose
+// context ends while its host's robots.txt is being fetched gets its
+// context's error and holds no slot. The fetch is not that caller's: it
+// goes on, once, and the callers waiting on it or coming after get the
+// host's rules (its Crawl-delay), not the "unreachable" answer.
+func TestRobotsCancelledCallerDuringFetch(t *testing.T) {
+	for _, via := range []string{"Acquire", "Transport"} {
+		t.Run(via, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				site := &robotsSite{robotsTxt: "User-agent: *\nCrawl-delay: 3\n", latency: 2 * time.Second}
+				m := robotsManager(t, nil)
+				// Acquire's callers fetch with the default client, over
+				// http.DefaultTransport: send its fetches to the fake site.
+				m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+				client := &http.Client{Transport: m.Transport(site)}
+				t0 := time.Now()
+				// do sends one request of the host and returns when it
+				// started (its latency is zero).
+				do := func(ctx context.Context) (time.Duration, error) {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://shop.example/p", nil)
+					if via == "Acquire" {
+						p, err := m.Acquire(ctx, req)
+						if err != nil {
+							return 0, err
+						}
+						p.Release(ok200, nil)
+						return time.Since(t0), nil
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						return 0, err
+					}
+					resp.Body.Close()
+					return time.Since(t0), nil
+				}
+				type result struct {
+					at  time.Duration
+					err error
+				}
+				ctxA, cancelA := context.WithCancel(context.Background())
+				a, b := make(chan result, 1), make(chan result, 1)
+				go func() { at, err := do(ctxA); a <- result{at, err} }()
+				time.Sleep(500 * time.Millisecond)
+				go func() { at, err := do(context.Background()); b <- result{at, err} }()
+				time.Sleep(500 * time.Millisecond)
+				cancelA() // mid-fetch: robots.txt answers at 2 s
+				ra := <-a
+				assert.ErrorIs(t, ra.err, context.Canceled, "A: its context's error, not a permit")
+				assert.Equal(t, time.Second, time.Since(t0), "A returned when cancelled")
+				synctest.Wait()
+				assert.Equal(t, 1, m.Stats().InFlight, "A holds nothing: only the robots.txt request is in flight")
+
+				rb := <-b
+				require.NoError(t, rb.err)
+				assert.Equal(t, 3*time.Second, rb.at, "B waited for the fetch and got its Crawl-delay (3 s after the robots.txt request)")
+				at, err := do(context.Background()) // A again
+				require.NoError(t, err)
+				assert.Equal(t, 6*time.Second, at, "the host's pace is its Crawl-delay")
+				assert.Equal(t, int32(1), site.fetches.Load(), "robots.txt fetched once")
+				d, why, conc := m.scopeDelay(t, "shop.example")
+				assert.Equal(t, 3*time.Second, d)
+				assert.Equal(t, ReasonRobots, why)
+				assert.Equal(t, 1, conc)
+				r, err := m.RobotsFor(context.Background(), get(t, "http://shop.example/"))
+				require.NoError(t, err)
+				assert.True(t, r.Allowed("", "/p"), "the host's rules, not an unreachable host's disallow-all")
+				st := m.Stats()
+				assert.Zero(t, st.InFlight, "no slot left held")
+				assert.Zero(t, st.Waiting)
+			})
+		})
+	}
+}
+
+// TestRobotsFetchPanic: the robots.txt fetch runs apart from its callers,
+// so a panic in it (user code: a base RoundTripper, a Scoper, a hook)
+// reaches the caller that started it while that caller waits, as it would
+// on the caller's goroutine; after that caller left it is logged. Either
+// way no slot stays taken, and the origin counts as unreachable rather
+// than being fetched forever.
+func TestRobotsFetchPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		site := &robotsSite{panics: true, latency: time.Second}
+		var logs lockedBuffer
+		m := robotsManager(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		client := &http.Client{Transport: m.Transport(site)}
+		req, _ := http.NewRequest(http.MethodGet, "http://a.example/", nil)
+		v := mustPanic(t, func() { _, _ = client.Do(req) })
+		assert.Equal(t, "robots.txt boom", v)
+		assert.Zero(t, m.Stats().InFlight)
+		r, err := m.RobotsFor(context.Background(), req)
+		require.NoError(t, err)
+		assert.Same(t, disallowAll, r, "a failed fetch")
+
+		// The starter leaves before the panic: logged, nothing crashes.
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://b.example/", nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+		assert.ErrorIs(t, <-errc, context.Canceled)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Contains(t, logs.String(), "robots.txt fetch panicked")
+		assert.Contains(t, logs.String(), "robots.txt boom")
+		assert.Zero(t, m.Stats().InFlight)
+		assert.Equal(t, int32(2), site.fetches.Load())
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 // TestRobotsTTLZeroRefused (issue 14 item 7): TTL 0 would fetch robots.txt
 // before every request; with robots.txt off it is valid.
 func TestRobotsTTLZeroRefused(t *testing.T) {
@@ -398,4 +533,25 @@ func TestRobotsTTLZeroRefused(t *testing.T) {
 	cfg.Robots.Enabled = false
 	_, err = New(cfg)
 	assert.NoError(t, err)
+}
+
+// TestRobotsForCancelled: RobotsFor whose context ends mid-fetch says so
+// (it used to answer "disallow everything", the fetch failing with it);
+// the fetch goes on and the next call gets the rules.
+func TestRobotsForCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		site := &robotsSite{robotsTxt: "User-agent: *\nDisallow: /private\n", latency: 2 * time.Second}
+		m := robotsManager(t, nil)
+		m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, err := m.RobotsFor(ctx, get(t, "http://a.example/"))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Nil(t, r)
+		r, err = m.RobotsFor(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		assert.True(t, r.Allowed("", "/public"))
+		assert.False(t, r.Allowed("", "/private"))
+		assert.Equal(t, int32(1), site.fetches.Load())
+	})
 }

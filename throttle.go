@@ -439,6 +439,9 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 	}
 	now := m.clock.Now()
 	if m.robots != nil && req != nil && m.robots.ensure(ctx, req, rt, now) {
+		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
+			return nil, &WaitError{Reason: ReasonRobots, Err: err}
+		}
 		now = m.clock.Now()
 	}
 	p, err := m.newPermit(ctx, req, now, false)
