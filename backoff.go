@@ -32,9 +32,10 @@ import (
 //     became more lenient is probed again: the delay then moves halfway
 //     toward the configured delay per quiet window, and once within
 //     MinDelay of it backoff is over.
-//   - Outages: when signals other than 429 persist after the delay grew by
-//     Factor² (the server fails whatever the rate: a 503 storm; a 429 is a
-//     rate limit by definition and never counts), the
+//   - Outages: when signals persist after the delay grew by Factor², or
+//     come four in a row with no success between, and none is a rate limit
+//     (a 429, or a 5xx that follows a success: rate limiters that answer
+//     503 refuse between successes, a 503 storm fails everything), the
 //     scope sends one probe per OutageProbe, and the first response that is
 //     not a signal returns it to the delay it had before the episode. If
 //     that return draws signals again, the episode is a rate limit after
@@ -176,7 +177,10 @@ func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.
 
 // onSignal applies one backoff signal. eff is the delay in effect, conc the
 // concurrency in effect, started when the signalling request started;
-// rateLimited says the server said so (a 429), which is never an outage.
+// rateLimited says the signal is a rate limit, which is never an outage: a
+// 429, or a 5xx that follows a success (rate limiters that answer 503,
+// such as nginx's limit_req, refuse between successes; an outage fails
+// everything).
 func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, eff time.Duration, timeout, rateLimited bool, conc int) {
 	bc := cfg.Backoff
 	if !bc.Enabled {
@@ -222,6 +226,33 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	}
 	b.delay = min(max(next, b.delay), bc.MaxDelay)
 }
+
+// onOutage starts probing an outage at once: rampup saw a run of failures
+// with no success between (see outageRun), at a pace whose delay was eff.
+// Backoff's own rule (signals that persist after the delay grew by
+// Factor²) would first send a request at 1, 2 and 4 times MinDelay; a run
+// at a rate that rampup had proven good needs no such confirmation. The
+// first probe comes after outageFirstProbe, the next ones OutageProbe
+// apart: a rate limiter that refused a run of requests answers the first
+// probe, and costs 5 s rather than a minute. It does nothing once the
+// episode had its outage.
+func (b *backoff) onOutage(now time.Time, cfg *ScopeConfig, eff time.Duration) {
+	bc := cfg.Backoff
+	if !bc.Enabled || bc.OutageProbe <= 0 || b.outage || b.outaged {
+		return
+	}
+	if b.delay == 0 && b.concurrency == 0 { // a new episode
+		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
+	}
+	b.lastStep, b.stepped = now, true
+	b.outage, b.outaged = true, true
+	b.bad, b.hasBad, b.settled = 0, false, 0
+	b.delay = min(max(min(outageFirstProbe, bc.OutageProbe), eff, b.delay), bc.MaxDelay)
+}
+
+// outageFirstProbe is how long after rampup saw an outage begin backoff
+// sends its first probe (see onOutage).
+const outageFirstProbe = 5 * time.Second
 
 // onSuccess notes a response that is not a signal. It reports whether the
 // delay changed (an outage ended).

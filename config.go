@@ -123,7 +123,10 @@ type ScopeConfig struct {
 	// the scope, before jitter. Default 1s.
 	Delay time.Duration
 	// SlotDelay is the least time between two starts in the same slot.
-	// Default 1s.
+	// Default 0 (off). With Concurrency c, it caps the scope at c starts
+	// per SlotDelay: a Delay shorter than SlotDelay/c has no effect (New
+	// warns). It was 1s, which silently turned Delay 100ms into one start
+	// a second at Concurrency 1, the colly and Scrapy user's first setting.
 	SlotDelay time.Duration
 	// Jitter randomises each start's Delay by a factor drawn once per
 	// start from [1+Jitter.Min, 1+Jitter.Max]. Default ±50 %.
@@ -182,7 +185,6 @@ func DefaultScopeConfig() ScopeConfig {
 	return ScopeConfig{
 		Concurrency:  1,
 		Delay:        time.Second,
-		SlotDelay:    time.Second,
 		Jitter:       SymmetricJitter(0.5),
 		Window:       time.Minute,
 		AutoThrottle: DefaultAutoThrottleConfig(),

@@ -15,7 +15,7 @@ import (
 // level, a robots.txt delay).
 //
 //	{"format":"throttle-learned","version":1,"exported":"2026-11-22T05:00:00Z",
-//	 "scopes":[{"key":"example.com","state":{"v":1,"b":{"d":4000000000,...}}}]}
+//	 "scopes":[{"key":"example.com","state":{"v":2,"b":{"d":4000000000,...}}}]}
 const (
 	exportFormat  = "throttle-learned"
 	exportVersion = 1

@@ -68,16 +68,16 @@ func stripExported(s string) string {
 func TestImportRefusesAndAppliesNothing(t *testing.T) {
 	m := newManager(t, exportConfig())
 	good := `{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[` +
-		`{"key":"a.test","state":{"v":1,"a":{"d":7000000000,"s":true}}}`
+		`{"key":"a.test","state":{"v":2,"a":{"d":7000000000,"s":true}}}`
 	for name, in := range map[string]string{
 		"truncated":      good,
 		"future version": strings.Replace(good, `"version":1`, `"version":2`, 1) + `]}`,
 		"other format":   strings.Replace(good, `throttle-learned`, `other`, 1) + `]}`,
-		"bad record":     good + `,{"key":"b.test","state":{"v":1,"a":{"d":-5}}}]}`,
+		"bad record":     good + `,{"key":"b.test","state":{"v":2,"a":{"d":-5}}}]}`,
 		"bad record ver": good + `,{"key":"b.test","state":{"v":9}}]}`,
-		"no key":         good + `,{"key":"","state":{"v":1}}]}`,
-		"duplicate":      good + `,{"key":"a.test","state":{"v":1}}]}`,
-		"future time":    good + `,{"key":"b.test","state":{"v":1,"b":{"ls":9000000000000000000}}}]}`,
+		"no key":         good + `,{"key":"","state":{"v":2}}]}`,
+		"duplicate":      good + `,{"key":"a.test","state":{"v":2}}]}`,
+		"future time":    good + `,{"key":"b.test","state":{"v":2,"b":{"ls":9000000000000000000}}}]}`,
 		"unknown field":  good + `],"extra":1}`,
 		"trailing data":  good + `]} {}`,
 		"not json":       "\x00\x01",
@@ -94,9 +94,9 @@ func TestImportRefusesAndAppliesNothing(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	f.Add(`{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[{"key":"a.test","state":{"v":1,"a":{"d":7000000000,"s":true},"b":{"d":2000000000,"bad":1000000000,"hb":true,"ls":1,"w":1,"ws":2},"r":{"p":3.5,"g":3,"st":1,"l":100000000,"w":1}}}]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[{"key":"a.test","state":{"v":2,"a":{"d":7000000000,"s":true},"b":{"d":2000000000,"bad":1000000000,"hb":true,"ls":1,"w":1,"ws":2},"r":{"r":3.5,"g":3,"bad":4,"l":100000000,"se":true,"w":1}}}]}`)
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[]}`)
-	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":1,"r":{"p":1e308}}}]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":2,"r":{"r":1e308}}}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		// Bounded work per input. MaxImportSize (256 MiB) is too large to
 		// go past here, one input at a time.

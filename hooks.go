@@ -210,6 +210,9 @@ func (m *ThrottlingManager) warnStatic() {
 				"aims at %g requests in flight but the scope allows %d, so its delay is lower than it would choose",
 				name, sc.AutoThrottle.TargetConcurrency, sc.Concurrency, sc.AutoThrottle.TargetConcurrency, sc.Concurrency), "")
 		}
+		for _, msg := range ineffectiveSettings(name, sc) {
+			m.warn("throttle: "+msg, "")
+		}
 	}
 	check("Default", &m.cfg.Default)
 	for k, sc := range m.cfg.Scopes {

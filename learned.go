@@ -23,7 +23,9 @@ type learnedState struct {
 	Ramp *learnedRampup `json:"r,omitempty"`
 }
 
-const learnedVersion = 1
+// learnedVersion is the record's format. 2: rampup steers a rate (it
+// stepped levels in 1); a record of another version is refused whole.
+const learnedVersion = 2
 
 type learnedAuto struct {
 	Delay time.Duration `json:"d"`
@@ -48,14 +50,21 @@ type learnedBack struct {
 }
 
 type learnedRampup struct {
-	Pos        float64       `json:"p,omitempty"`
+	Rate       float64       `json:"r,omitempty"`
 	Good       float64       `json:"g,omitempty"`
 	Bad        float64       `json:"bad,omitempty"`
-	HasBad     bool          `json:"hb,omitempty"`
-	Step       float64       `json:"st,omitempty"`
 	Lat        time.Duration `json:"l,omitempty"`
-	Down       float64       `json:"dn,omitempty"`
 	Changed    int64         `json:"ch,omitempty"`
+	Settled    bool          `json:"se,omitempty"`
+	Paused     bool          `json:"pa,omitempty"`
+	Run        int           `json:"ru,omitempty"`
+	Run429     bool          `json:"r4,omitempty"`
+	Climb      float64       `json:"cl,omitempty"`
+	Down       float64       `json:"dn,omitempty"`
+	RFirst     int64         `json:"rf,omitempty"`
+	RLast      int64         `json:"rl,omitempty"`
+	ROK        int           `json:"ro,omitempty"`
+	RSig       int           `json:"rs,omitempty"`
 	Win        int64         `json:"w,omitempty"`
 	WinSignals int           `json:"ws,omitempty"`
 	WinOK      int           `json:"wo,omitempty"`
@@ -96,9 +105,10 @@ func (s *defaultScope) exportLearned() learnedState {
 			st.Back.WinSignals, st.Back.WinOK = 0, 0
 		}
 	}
-	if r := &s.rampup; s.cfg.Rampup.Enabled {
-		st.Ramp = &learnedRampup{Pos: r.pos, Good: r.good, Bad: r.bad, HasBad: r.hasBad, Step: r.step,
-			Lat: r.lat, Down: r.down, Changed: unixNano(r.changed),
+	if r := s.rampup; r != nil {
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat,
+			Changed: unixNano(r.changed), Settled: r.settled, Paused: r.paused, Run: r.run, Run429: r.run429,
+			Climb: r.climb, Down: r.down, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
 			Win: unixNano(r.win), WinSignals: r.winSignals, WinOK: r.winOK}
 		if !r.winSet {
 			st.Ramp.Win = 0
@@ -127,12 +137,12 @@ func (st *learnedState) check() error {
 		}
 	}
 	if r := st.Ramp; r != nil {
-		for _, f := range []float64{r.Pos, r.Good, r.Bad, r.Step, r.Down} {
-			if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-				return bad("rampup level out of range")
+		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Down} {
+			if f < 0 || f > rampupMaxRate || math.IsNaN(f) {
+				return bad("rampup rate out of range")
 			}
 		}
-		if r.Lat < 0 || r.WinSignals < 0 || r.WinOK < 0 {
+		if r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.WinSignals < 0 || r.WinOK < 0 {
 			return bad("negative rampup value")
 		}
 	}
@@ -167,9 +177,9 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		k, top := s.rampup.k, s.rampup.top
-		s.rampup = rampup{pos: r.Pos, good: r.Good, bad: r.Bad, hasBad: r.HasBad, step: r.Step, lat: r.Lat,
-			down: r.Down, changed: fromUnixNano(r.Changed), k: k, top: top,
+		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
+			settled: r.Settled, paused: r.Paused, run: min(r.Run, outageRun), run429: r.Run429, climb: r.Climb, down: r.Down,
+			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
 			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winOK: r.WinOK}
 	}
 	s.setConfig(s.cfg) // clamp to this scope's bounds, recompute the effective values

@@ -151,7 +151,7 @@ func (st *memScope) admit(now time.Time, sc *StoreScope) (time.Time, Reason) {
 // freeSlot is defaultScope.freeSlot over the slots the leases don't hold.
 func (st *memScope) freeSlot(now time.Time, conc int, slotDelay time.Duration) (int, time.Time) {
 	best, bestAt := -1, time.Time{}
-	for i, last := range st.slots {
+	for i, last := range st.slots[:min(len(st.slots), conc)] { // as defaultScope: not the slots above a lowered concurrency
 		if st.slotBusy(i) {
 			continue
 		}

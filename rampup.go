@@ -5,47 +5,75 @@ import (
 	"time"
 )
 
-// RampupConfig configures rampup (DESIGN rule 10), for paid APIs and other
-// servers that should be used as fast as their rate limit allows.
+// RampupConfig configures rampup, for paid APIs and other servers that
+// should be used as fast as their rate limit allows.
 //
-// Rampup walks one ladder of levels. Level 0 is the configured Delay and
-// Concurrency; each level up halves the delay until it reaches MinDelay (a
-// finite number of steps: the last one lands on MinDelay exactly, or on 0
-// once below a millisecond), then adds one to the concurrency, up to
-// MaxConcurrency. In that concurrency phase starts are paced at the
-// smoothed latency divided by the level's concurrency, which moves
-// continuously between whole numbers: the slots don't open in lockstep (a
-// burst a token bucket would refuse) and the rate is not stuck at steps of
-// 1/latency. At the end of each Window with responses:
+// Rampup steers one number, the scope's start rate, from the configured
+// pace (1/Delay; with Delay 0, Concurrency requests per latency) up to what
+// the server allows, and gives the scope as many slots as that rate needs
+// at the latency seen (twice the rate times the latency, as BBR sizes its
+// window at twice the bandwidth-delay product), up to MaxConcurrency. It
+// owns the scope's rate-limit signals in both directions: a server whose
+// limit is below the configured pace is followed down, to one request per
+// Backoff.MaxDelay at the slowest. Backoff keeps what is not a rate limit:
+// transport timeouts and outages.
 //
-//   - fewer backoff signals than MinSignals: the level is proven good and
-//     rampup climbs: while no bad level is known, one delay level a window
-//     (each doubles the rate; levels the slots already hold back are
-//     skipped), then 1, 2, 4 ... slots a window (slow start); else halfway
-//     to the lowest level that drew too many signals (bisection), else to
-//     that bad level itself once the two are within 2 % of a step, so it
-//     spends about the target number of signals probing;
-//   - MinSignals..MaxSignals signals: on target, it stays.
+// It has two speeds, because a cold start and a steady state ask different
+// questions:
 //
-// Rampup takes the 429 signals; 5xx and timeouts go to backoff, so an
-// outage is probed as without rampup. A 429 at a level above the last good
-// one returns there at once and
-// marks the level bad; more than MaxSignals at the good level step down by
-// a tenth of a level (7 % of the rate), twice as far for each further
-// window over the target. At level 0 signals go to backoff as usual. Only requests
-// started since the last change of level count, so responses to requests
-// sent at the old level don't push it twice. Server-given waits still gate
-// the scope. So rampup settles between the last good and the first bad
-// level with about the target number of signals per window. While rampup
-// is on, jitter is drawn from the narrower of Jitter and Backoff.Jitter.
+//   - Search, in rounds. A round is the answers to the requests started
+//     since the rate last changed; it ends after two answers (four once a
+//     refusing rate is known), or at once on a refusal of a rate above the
+//     last good one. A round without a backoff signal, in which the rate
+//     took effect (its starts came at least 70 % as fast as the rate: not
+//     held back by another rule, another scope, a gate or a lack of
+//     requests), proves the rate good. Until a rate draws a signal, each
+//     good round doubles the rate: TCP's slow start, one doubling per round
+//     trip, so a 1 req/s start reaches 50 req/s in about six round trips,
+//     seconds rather than the minutes that one step per window took. A
+//     refused probe returns to the last good rate at once and becomes the
+//     known bad rate; between the two, rampup bisects geometrically
+//     (sqrt(good*bad): rates span orders of magnitude) until they are
+//     within 2 %. When a round at or below the good rate draws signals,
+//     the good rate was an illusion (a token bucket's burst answered it):
+//     the rate falls to what the server delivered in that round (the rate
+//     times its share of 2xx answers, which is the limit of a drained token
+//     bucket), and the search goes on from there.
+//   - Steady state, in windows (Window, default 60 s). Once the search has
+//     converged, the rate is judged once per window, aiming at MinSignals
+//     to MaxSignals backoff signals per window: a window with fewer probes
+//     the bad rate (spending about one signal a window to follow a limit
+//     that rises), and once that proves good, climbs by 5, 10, 20 ... %
+//     per window; a window with more steps the rate down by 5 %, twice as
+//     far for each further window over the target. Short rounds cannot see
+//     a limit counted per minute, nor a token bucket's burst slowly
+//     draining at a rate a few percent too high: a window can, so a window
+//     with more signals than the target also caps the rate at the 2xx rate
+//     it delivered (a quota of N per minute delivers N per minute, whatever
+//     was sent), and that cap ends a search that rounds cannot finish.
+//
+// Signals: 429, and 503 and the other backoff statuses, count alike when
+// they come interleaved with successes: many servers, nginx's limit_req
+// among them, limit with 503. Four 5xx answers in a row with no success
+// and no 429 between are an outage, not a rate limit: rampup pauses
+// without marking any rate bad, backoff probes the outage (one request
+// per Backoff.OutageProbe), and the first success returns the scope to the
+// pace it had. A round of nothing but 429s (a quota spent until its
+// window ends, a limiter that counts refused requests too) halves the
+// rate each round, without taking it for a limit. Responses to requests
+// started before the rate last changed answer the old rate and move
+// nothing. Server-given waits still gate the scope.
+// While rampup is on, jitter never shortens a gap and lengthens it by 2 %
+// at most: a rate limiter refuses what comes early.
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool
 	// MinSignals and MaxSignals are the target number of backoff signals
-	// per Window. Default 1 and 1. MinSignals must be >= 1, MaxSignals >=
-	// MinSignals.
+	// per Window in the steady state. Default 1 and 1. MinSignals must be
+	// >= 1, MaxSignals >= MinSignals.
 	MinSignals, MaxSignals int
-	// MinDelay is the floor of the delay. Default 0.
+	// MinDelay is the floor of the delay between starts: 1/MinDelay caps
+	// the rate. Default 0 (no cap).
 	MinDelay time.Duration
 	// MaxConcurrency caps the concurrency. Default 0, which means the
 	// manager's GlobalConcurrency.
@@ -73,101 +101,229 @@ func (c RampupConfig) validate(prefix string) error {
 	return nil
 }
 
-// rampupEpsilon is how close, in levels, the good and bad levels get
-// before bisection stops.
-const rampupEpsilon = 0.02
+// The numbers of rampup, and why they are these:
+const (
+	// rampupRoundFast and rampupRoundSlow are the answers that end a
+	// search round: two while no rate was refused (one doubling per round
+	// trip needs the first answers, and two rather than one so a single
+	// lucky answer proves nothing), four while bisecting (the probes are
+	// close to the limit, where a token bucket answers the first requests
+	// of a probe from its burst). rampupRoundSteady is the round of the
+	// steady state, which only watches for a limit that fell (more than
+	// half refused) or an outage: eight answers.
+	rampupRoundFast   = 2
+	rampupRoundSlow   = 4
+	rampupRoundSteady = 8
+	// rampupCycleMin and rampupCycleMinOK: a refusal cycle (from the end
+	// of one period of nothing but 429s to the end of the next, see
+	// endCycle) is measured when it lasts at least 5 s with at least 10
+	// successes; shorter ones are a token bucket's, which rounds find.
+	rampupCycleMin   = 5 * time.Second
+	rampupCycleMinOK = 10
+	// rampupSteadyRefusals signals in a steady round of eight (a quarter
+	// refused) say the limit fell: the search starts again from what the
+	// server delivered. The steady state spends about one signal a
+	// window; two in eight answers are not that.
+	rampupSteadyRefusals = 2
+	// rampupEffect is the share of the rate a round's (or a window's)
+	// starts must reach for it to prove the rate: 70 % leaves room for
+	// jitter (±10 %) and for the first start's wait for the pace.
+	rampupEffect = 0.7
+	// rampupEpsilon ends the bisection: good and bad within 2 %.
+	rampupEpsilon = 0.02
+	// rampupStepDown is the first step down of a window over the target
+	// (5 % of the rate), doubling per further window over it.
+	rampupStepDown = 0.05
+	// rampupClimb is the first climb of a quiet steady window once the
+	// bad rate proved good (the limit rose): 5 %, doubling per window.
+	rampupClimb = 0.05
+	// rampupConcGain sizes the slots: twice the rate times the latency.
+	rampupConcGain = 2
+	// rampupJitterMax is the widest jitter under rampup (see rampupJitter).
+	rampupJitterMax = 0.02
+	// rampupFirstLatency is the latency assumed before the first answer,
+	// to size the slots: with one slot and a server that takes 2 s, the
+	// first round would be paced by the slot, not the rate, and prove
+	// nothing (TCP likewise starts with several segments in flight).
+	rampupFirstLatency = time.Second
+	// rampupEarlyWindow: a steady window with this many signals more than
+	// MaxSignals ends at once rather than at its end. A token bucket
+	// drained by a rate a few percent too high refuses one request in
+	// many, evenly, which no steady round of eight sees twice; a minute
+	// of it costs dozens of signals at tens of requests a second.
+	rampupEarlyWindow = 3
+	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
+	// first probe (backoff.onOutage), was a rate limit.
+	rampupOutageConfirm = 10 * time.Second
+	// rampupMaxSkip caps the steady windows skipped between probes after
+	// a costly one (see endWindow): half an hour at the default Window,
+	// so a limit that rose is found within about that.
+	rampupMaxSkip = 30
+	// rampupMaxRate bounds the rate (one start per microsecond).
+	rampupMaxRate = 1e6
+	// outageRun is how many backoff signals in a row, with no success and
+	// no 429 between, make an outage rather than a rate limit. A rate
+	// limiter refuses runs of about rate/limit - 1 requests between its
+	// successes, and rampup probes at most twice a rate proven good, so
+	// runs of one or two; four in a row is a server failing everything.
+	outageRun = 4
+)
 
-// rampupStepDown is the first step down, in levels, from a good level that
-// drew more signals than the target (0.1 level: 7 % of the rate).
-const rampupStepDown = 0.1
-
-// rampup is the learned rampup state of one scope.
+// rampup is the learned rampup state of one scope: a rate controller with
+// time passed in (see RampupConfig).
 type rampup struct {
-	pos     float64 // current level
-	good    float64 // highest level proven good
-	bad     float64 // lowest level that drew too many signals
-	hasBad  bool
-	step    float64       // the next climb while no bad level is known; doubles per quiet window
-	lat     time.Duration // smoothed latency of good answers: paces the concurrency phase
-	down    float64       // the last step down; doubles while windows stay over target
-	changed time.Time     // when the level last changed
-	k       float64       // levels in the delay phase
-	top     float64       // highest level
+	rate     float64       // starts per second now; 0 before the first answer (the configured pace)
+	good     float64       // highest rate proven good; 0: none
+	bad      float64       // lowest rate that drew signals; 0: none
+	lat      time.Duration // smoothed latency of good answers
+	changed  time.Time     // when rate last changed
+	settled  bool          // the search is over: steady state, judged per window
+	paused   bool          // an outage: backoff probes it, the first success resumes
+	pausedAt time.Time     // when
+	noOutage bool          // a run is no outage until the search settles (see onFeedback)
+	dead     bool          // in a period of nothing but 429s
+	released time.Time     // when the last such period ended
+	cycle    time.Time     // when the last such period ended (the first answer, before any)
+	cycleOK  int           // successes since
+	run      int           // backoff signals in a row at this rate, no success between
+	run429   bool          // the run holds a 429: a rate limit, not an outage
+	climb    float64       // the next steady climb above good (a fraction)
+	down     float64       // the last steady step down (a fraction)
 
+	// the round: answers to the requests started since changed, and the
+	// first and last of their starts (answers, not starts, are counted:
+	// with a Store, other processes start requests this one never sees)
+	rFirst, rLast time.Time
+	rOK, rSig     int
+
+	// the window: every answer of the current Window
 	win        time.Time
 	winSet     bool
 	winSignals int
+	winCur     int  // signals at the current rate (after changed)
+	winProbe   bool // a steady probe failed in the window
+	skip       int  // steady windows still to pass before the next probe
+	fails      int  // steady probes failed in a row
 	winOK      int
 }
 
-// configure computes the ladder for cfg and keeps the level within it.
+// configure keeps the state within cfg's bounds.
 func (r *rampup) configure(cfg *ScopeConfig, globalCap int) {
-	rc := cfg.Rampup
-	r.k = 0
-	if cfg.Delay > rc.MinDelay {
-		floor := max(rc.MinDelay, time.Millisecond)
-		r.k = math.Ceil(math.Log2(float64(cfg.Delay) / float64(floor)))
-		if r.k < 0 {
-			r.k = 0
-		}
-	}
-	capC := rc.MaxConcurrency
-	if capC == 0 {
-		capC = globalCap
-	}
-	r.top = r.k + float64(max(0, capC-cfg.Concurrency))
-	r.pos = min(r.pos, r.top)
-	r.good = min(r.good, r.pos)
-	if r.hasBad && r.bad > r.top {
-		r.hasBad = false
+	if r.rate != 0 {
+		r.rate = r.clamp(cfg, globalCap, r.rate)
 	}
 }
 
-// delay is the delay of the current level, ok=false when rampup is off.
+// start is the configured pace, where rampup begins: 1/Delay, or with
+// Delay 0 Concurrency requests per latency.
+func (r *rampup) start(cfg *ScopeConfig) float64 {
+	if cfg.Delay > 0 {
+		return float64(time.Second) / float64(cfg.Delay)
+	}
+	if r.lat > 0 {
+		return float64(cfg.Concurrency) * float64(time.Second) / float64(r.lat)
+	}
+	return rampupMaxRate
+}
+
+// minRate is the slowest rampup goes: one start per Backoff.MaxDelay.
+func (r *rampup) minRate(cfg *ScopeConfig) float64 {
+	return float64(time.Second) / float64(max(cfg.Backoff.MaxDelay, time.Second))
+}
+
+// ceiling is the fastest rate rampup may try: 1/Rampup.MinDelay, and what
+// MaxConcurrency slots carry at the latency seen.
+func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
+	c := float64(rampupMaxRate)
+	if d := cfg.Rampup.MinDelay; d > 0 {
+		c = float64(time.Second) / float64(d)
+	}
+	if r.lat > 0 {
+		c = min(c, float64(r.maxConc(cfg, globalCap))*float64(time.Second)/float64(r.lat))
+	}
+	return max(c, r.minRate(cfg))
+}
+
+func (r *rampup) maxConc(cfg *ScopeConfig, globalCap int) int {
+	if c := cfg.Rampup.MaxConcurrency; c > 0 {
+		return max(c, cfg.Concurrency)
+	}
+	return max(globalCap, cfg.Concurrency)
+}
+
+func (r *rampup) clamp(cfg *ScopeConfig, globalCap int, rate float64) float64 {
+	return max(min(rate, r.ceiling(cfg, globalCap)), r.minRate(cfg))
+}
+
+// current is the rate in effect: the configured pace until the first
+// answer.
+func (r *rampup) current(cfg *ScopeConfig) float64 {
+	if r.rate == 0 {
+		return r.start(cfg)
+	}
+	return r.rate
+}
+
+// delay is the delay between starts at the current rate; ok=false when
+// rampup is off.
 func (r *rampup) delay(cfg *ScopeConfig) (time.Duration, bool) {
-	if !cfg.Rampup.Enabled {
+	if r == nil {
 		return 0, false
 	}
-	return r.delayAt(cfg, r.pos), true
-}
-
-func (r *rampup) delayAt(cfg *ScopeConfig, pos float64) time.Duration {
-	if pos >= r.k {
-		floor := time.Duration(0)
-		if cfg.Rampup.MinDelay >= time.Millisecond || cfg.Delay <= cfg.Rampup.MinDelay {
-			floor = min(cfg.Rampup.MinDelay, cfg.Delay)
-		}
-		// Pace the slots: x requests per latency, evenly spaced, so the
-		// slots don't open in lockstep and reach the server as one burst;
-		// x moves continuously between concurrencies, so the rate does.
-		x := float64(cfg.Concurrency) + (pos - r.k)
-		return max(floor, scaleDuration(r.lat, 1/x))
+	if r.rate == 0 {
+		return cfg.Delay, true // exactly the configured pace, without rounding
 	}
-	return max(cfg.Rampup.MinDelay, scaleDuration(cfg.Delay, math.Exp2(-pos)))
+	if r.rate >= rampupMaxRate {
+		return 0, true
+	}
+	return time.Duration(float64(time.Second) / r.rate), true
 }
 
-// concurrency is the concurrency of the current level.
-func (r *rampup) concurrency(cfg *ScopeConfig) (int, bool) {
-	if !cfg.Rampup.Enabled || r.pos < r.k {
+// concurrency is the slots the current rate needs: twice the rate times
+// the latency, at least the configured concurrency, at most the cap.
+func (r *rampup) concurrency(cfg *ScopeConfig, globalCap int) (int, bool) {
+	if r == nil {
 		return 0, false
 	}
-	return cfg.Concurrency + int(math.Ceil(r.pos-r.k)), true
-}
-
-func (r *rampup) learned() bool { return r.pos != 0 || r.hasBad }
-
-func (r *rampup) setLevel(now time.Time, pos float64) {
-	pos = min(max(pos, 0), r.top)
-	if pos != r.pos {
-		r.pos, r.changed = pos, now
+	lat := r.lat
+	if lat == 0 {
+		lat = rampupFirstLatency
 	}
+	need := math.Ceil(rampupConcGain * r.current(cfg) * lat.Seconds())
+	return max(cfg.Concurrency, int(min(need, float64(r.maxConc(cfg, globalCap))))), true
 }
 
-// onFeedback counts one response. It reports whether it handled a signal
-// (by stepping down), so that backoff does not step as well.
-func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, signal bool, latency time.Duration) bool {
-	if !signal {
+// learned reports whether rampup holds anything worth keeping.
+func (r *rampup) learned() bool { return r != nil && (r.rate != 0 || r.good != 0 || r.bad != 0) }
+
+// set changes the rate and starts a new round.
+func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float64) {
+	rate = r.clamp(cfg, globalCap, rate)
+	if rate != r.rate {
+		r.rate, r.changed = rate, now
+	}
+	r.rOK, r.rSig = 0, 0
+	r.rFirst, r.rLast = time.Time{}, time.Time{}
+}
+
+// rampupVerdict is what rampup did with an answer, for backoff.
+type rampupVerdict uint8
+
+const (
+	rampupLeft   rampupVerdict = iota // not taken: backoff learns from it as without rampup
+	rampupTook                        // a rate signal rampup acted on: backoff must not step
+	rampupOutage                      // an outage begins: backoff probes it from now
+)
+
+// onFeedback learns from one answer to a request started at started.
+// signal says it is a rate signal (a backoff status, not a transport
+// error), is429 that its status is 429.
+func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, started time.Time, signal, is429 bool, latency time.Duration) rampupVerdict {
+	if signal {
+		r.winSignals++
+	} else {
 		r.winOK++
+		r.cycleOK++
 		if latency > 0 {
 			if r.lat == 0 {
 				r.lat = latency
@@ -175,91 +331,303 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, started time.Time, 
 				r.lat += (latency - r.lat) / 8
 			}
 		}
-		return false
 	}
-	r.winSignals++
-	if started.Before(r.changed) {
-		return r.pos > 0 // answered by the last change already
+	if r.rate == 0 {
+		r.rate, r.changed = r.clamp(cfg, globalCap, r.start(cfg)), started
+		r.cycle = started
 	}
 	switch {
-	case r.pos > r.good: // a probe failed: back to the last good level
-		r.bad, r.hasBad, r.step = r.pos, true, 0
-		r.setLevel(now, r.good)
-		return true
-	case r.winSignals > cfg.Rampup.MaxSignals && r.pos > 0: // the good level isn't
-		// Step down a little, then twice as far for each further window
-		// over the target: a limit that moved slightly costs little, one
-		// that fell far is found in a few windows.
-		r.down = max(r.down*2, rampupStepDown)
-		r.bad, r.hasBad, r.step = r.pos, true, 0
-		r.good = max(0, r.pos-r.down)
-		r.setLevel(now, r.good)
-		r.winSignals = 0 // count the new level's window afresh
-		return true
+	case r.paused && signal:
+		return rampupLeft // backoff probes the outage
+	case r.paused:
+		r.paused, r.run, r.run429 = false, 0, false
+		if now.Sub(r.pausedAt) < rampupOutageConfirm {
+			// Back at the first probe: the "outage" was a rate limiter
+			// refusing a run of requests at a rate far above its limit
+			// (a token bucket's burst made that rate look good). Search
+			// down from half of it, and take no run for an outage again
+			// until the search has settled.
+			r.noOutage, r.settled = true, false
+			r.bad, r.good = r.rate, 0
+			r.set(now, cfg, globalCap, r.rate/2)
+			return rampupLeft
+		}
+		// The server answers again: back to the rate the outage found.
+		r.set(now, cfg, globalCap, r.rate)
+		return rampupLeft
+	case started.Before(r.changed):
+		if signal {
+			return rampupTook // it answers an older rate, already acted on
+		}
+		return rampupLeft
 	}
-	return r.pos > 0
+	if r.rOK+r.rSig == 0 || started.Before(r.rFirst) {
+		r.rFirst = started
+	}
+	if started.After(r.rLast) {
+		r.rLast = started
+	}
+	if !signal {
+		if r.dead {
+			r.dead, r.released = false, now
+			long := now.Sub(r.cycle) >= rampupCycleMin
+			if r.endCycle(now, cfg, globalCap) {
+				return rampupLeft
+			}
+			if !long {
+				// Refused again soon after the last refusals ended:
+				// the rate before them was not one the server allows.
+				r.good, r.settled = 0, false
+			}
+			// Back to the good rate, in a new round so the refusals
+			// before count against nothing.
+			r.set(now, cfg, globalCap, max(r.rate, r.good))
+		}
+		r.run, r.run429 = 0, false
+		r.rOK++
+	} else {
+		r.rSig++
+		r.run = min(r.run+1, outageRun)
+		r.run429 = r.run429 || is429
+		if r.run >= outageRun && !r.run429 && !r.noOutage {
+			r.paused, r.pausedAt = true, now
+			return rampupOutage
+		}
+	}
+	if signal && r.rate > r.good && r.good > 0 {
+		// A probe above the last good rate failed: back there at once.
+		r.bad, r.winProbe = r.rate, r.settled
+		if r.settled {
+			// Probe less often after each failed probe: 1, 3, 7 ...
+			// windows between them, and at least as many windows as
+			// the probe cost signals over the target. A probe costs
+			// the requests it had in flight when the first refusal came
+			// back, about half of rate x latency against a token bucket
+			// with no burst: 50 at 50 req/s and 2 s.
+			r.fails = min(r.fails+1, 5)
+			cost := math.Ceil(r.rate * r.lat.Seconds() / 2 / float64(cfg.Rampup.MaxSignals))
+			r.skip = int(min(max(float64(int(1)<<r.fails-1), cost-1), rampupMaxSkip))
+		}
+		r.set(now, cfg, globalCap, r.good)
+		return rampupTook
+	}
+	need := rampupRoundFast
+	switch {
+	case r.settled:
+		need = rampupRoundSteady
+		if signal {
+			r.winCur++
+		}
+		if signal && r.rOK > 0 && r.winCur > cfg.Rampup.MaxSignals+rampupEarlyWindow && !r.dead && now.Sub(r.released) >= rampupCycleMin {
+			r.endWindow(now, cfg, globalCap)
+			r.newWindow(now)
+			return rampupTook
+		}
+	case r.bad > 0:
+		need = rampupRoundSlow
+	}
+	if r.rOK+r.rSig >= need && (r.rOK > 0 || r.run429 || r.noOutage) {
+		// (A round of nothing but 5xx stays open: four in a row are an
+		// outage, not a rate to halve.)
+		r.endRound(now, cfg, globalCap)
+	}
+	if signal {
+		return rampupTook
+	}
+	return rampupLeft
+}
+
+// endRound judges the round just answered.
+func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, globalCap int) {
+	switch {
+	case r.rOK == 0:
+		// Nothing but refusals, 429s among them: a spent quota or a limiter that counts the
+		// refused requests too. The server's memory, not this rate,
+		// refuses: halve, but not below the configured pace, which keeps
+		// asking often enough to see the quota come back.
+		r.dead = true
+		r.set(now, cfg, globalCap, max(r.rate/2, min(r.rate, r.start(cfg))))
+	case r.settled && r.rSig < rampupSteadyRefusals, r.rSig > 0 && now.Sub(r.released) < rampupCycleMin:
+		// The window decides; or the server's memory is still letting
+		// go after a period of refusals (a sliding window frees what was
+		// taken in a burst, request by request): no rate to blame.
+		r.set(now, cfg, globalCap, r.rate)
+	case r.rSig > 0:
+		// The good rate was not (a burst answered it, or the limit
+		// fell): go to what the server delivered in this round, the
+		// limit of a drained token bucket.
+		delivered := r.rate * float64(r.rOK) / float64(r.rOK+r.rSig)
+		r.bad, r.good, r.settled = r.rate, 0, false
+		r.set(now, cfg, globalCap, min(0.9*r.rate, 0.97*delivered))
+	case r.settled:
+		r.set(now, cfg, globalCap, r.rate)
+	case !r.tookEffect():
+		r.set(now, cfg, globalCap, r.rate) // something else held it back: proves nothing
+	default:
+		r.good = r.rate
+		if r.bad != 0 && r.bad <= r.good {
+			r.bad = 0
+		}
+		switch {
+		case r.bad == 0:
+			r.set(now, cfg, globalCap, 2*r.rate) // slow start
+		case r.bad > r.good*(1+rampupEpsilon):
+			r.set(now, cfg, globalCap, math.Sqrt(r.good*r.bad))
+		}
+		if r.rate == r.good {
+			r.settle(now, cfg, globalCap) // converged, or at the ceiling
+		}
+	}
+}
+
+// endCycle is called at the first success after a period of nothing but
+// 429s: the server's memory let go, at the start of a quota's new window
+// (rampup kept asking at the configured pace at least, so it sees that
+// moment). From the previous such moment to this one the server allowed
+// the successes counted since: a quota of N per minute, N in a minute,
+// whenever within the minute they were asked for. When the cycle is long
+// enough to say so, the rate settles just below that; it reports whether
+// it did. The first cycle runs from the first request and may be a
+// partial window of the server's (its estimate is then high); the next
+// one corrects it.
+func (r *rampup) endCycle(now time.Time, cfg *ScopeConfig, globalCap int) bool {
+	el := now.Sub(r.cycle).Seconds()
+	n := r.cycleOK
+	r.cycle, r.cycleOK = now, 0
+	if el < rampupCycleMin.Seconds() || n < rampupCycleMinOK {
+		return false
+	}
+	allowed := float64(n) / el
+	r.bad, r.good = allowed*(1+rampupEpsilon), allowed*(1-rampupEpsilon)
+	r.settle(now, cfg, globalCap)
+	return true
+}
+
+// tookEffect reports whether the round's requests started at least
+// rampupEffect as fast as the rate: the rate, not something else, paced
+// them.
+func (r *rampup) tookEffect() bool {
+	n := r.rOK + r.rSig
+	if n < 2 {
+		return false
+	}
+	span := r.rLast.Sub(r.rFirst).Seconds()
+	return span <= 0 || float64(n-1)/span >= rampupEffect*r.rate
+}
+
+// settle ends the search at the good rate.
+func (r *rampup) settle(now time.Time, cfg *ScopeConfig, globalCap int) {
+	r.settled, r.climb, r.down, r.noOutage = true, 0, 0, false
+	r.set(now, cfg, globalCap, r.good)
+	r.newWindow(now)
+}
+
+// newWindow starts a window at now.
+func (r *rampup) newWindow(now time.Time) {
+	r.win, r.winSet = now, true
+	r.winSignals, r.winOK, r.winCur, r.winProbe = 0, 0, 0, false
 }
 
 // quiet reports whether tick has nothing to do at now: rampup is off, or
 // now is inside the current window.
 func (r *rampup) quiet(now time.Time, cfg *ScopeConfig) bool {
-	return !cfg.Rampup.Enabled || r.winSet && now.Sub(r.win) < cfg.Window
+	return r == nil || r.winSet && now.Sub(r.win) < cfg.Window
 }
 
-// tick closes the windows that ended before now.
-// It reports whether the level changed.
-func (r *rampup) tick(now time.Time, cfg *ScopeConfig) bool {
-	if !cfg.Rampup.Enabled {
+// tick closes the windows that ended before now. It reports whether the
+// rate changed.
+func (r *rampup) tick(now time.Time, cfg *ScopeConfig, globalCap int) bool {
+	if r == nil {
 		return false
 	}
 	if !r.winSet {
 		r.win, r.winSet = now, true
 		return false
 	}
-	if now.Sub(r.win) < cfg.Window {
+	w := cfg.Window
+	if now.Sub(r.win) < w {
 		return false
 	}
-	changed := false
-	if r.winSignals <= cfg.Rampup.MaxSignals {
-		r.down = 0
+	before := r.rate
+	if now.Sub(r.win) < 2*w { // else the scope sat idle: nothing to judge
+		r.endWindow(now, cfg, globalCap)
 	}
-	if r.winOK+r.winSignals > 0 && r.winSignals < cfg.Rampup.MinSignals {
-		before := r.pos
-		r.climb(now, cfg)
-		changed = r.pos != before
-	}
-	r.win = r.win.Add(now.Sub(r.win) / cfg.Window * cfg.Window)
-	r.winSignals, r.winOK = 0, 0
-	return changed
+	r.win = r.win.Add(now.Sub(r.win) / w * w)
+	r.winSignals, r.winOK, r.winCur, r.winProbe = 0, 0, 0, false
+	return r.rate != before
 }
 
-// climb moves up after a window with fewer signals than the target.
-func (r *rampup) climb(now time.Time, cfg *ScopeConfig) {
-	r.good = r.pos
-	if r.hasBad && r.bad <= r.good {
-		r.hasBad = false
+// endWindow judges a window: the steady state's rule, and the cap that
+// ends a search rounds cannot finish.
+func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
+	rc := cfg.Rampup
+	if r.rate == 0 || r.paused || r.winOK+r.winSignals == 0 {
+		return
 	}
+	secs := min(cfg.Window, now.Sub(r.win)).Seconds()
+	if secs <= 0 {
+		return
+	}
+	if r.winSignals > rc.MaxSignals {
+		if r.settled && r.winProbe {
+			return // a failed probe's own cost: not a reason to step down
+		}
+		if r.settled {
+			// Over the target: step down, further for each window over,
+			// and never above what the window delivered.
+			r.down = min(max(2*r.down, rampupStepDown), 0.5)
+			r.bad = min(nonzero(r.bad, r.rate), r.rate)
+			r.good = r.rate * (1 - r.down)
+			if secs >= cfg.Window.Seconds()/2 {
+				r.good = min(r.good, float64(r.winOK)/secs*(1-rampupStepDown))
+			}
+			r.set(now, cfg, globalCap, r.good)
+			return
+		}
+		return // searching: the rounds decide
+	}
+	if !r.settled {
+		return // the rounds decide
+	}
+	if r.winSignals >= rc.MinSignals {
+		r.down = 0
+		return // on target
+	}
+	r.down = 0
+	if r.skip > 0 {
+		r.skip--
+		return
+	}
+	if float64(r.winOK+r.winSignals) < rampupEffect*r.rate*secs {
+		return // held back by something else: proves nothing
+	}
+	// Fewer signals than the target: the rate is proven; probe above it.
+	r.good = max(r.good, r.rate)
 	switch {
-	case !r.hasBad:
-		// In the delay phase each level doubles the rate already: one a
-		// window. In the concurrency phase, where a level adds one slot,
-		// slow start: 1, 2, 4 ... levels a window until a level draws too
-		// many signals, then bisection. Delay levels the slots already
-		// hold back (delay below latency/concurrency) are skipped: they
-		// would not change the rate.
-		if r.pos < r.k {
-			r.step = 1
-		} else {
-			r.step = max(r.step*2, 1)
-		}
-		next := math.Floor(r.pos + r.step)
-		if next < r.k && r.lat > 0 && r.delayAt(cfg, next) <= scaleDuration(r.lat, 1/float64(cfg.Concurrency)) {
-			next = r.k
-		}
-		r.setLevel(now, next)
-	case r.bad-r.good > rampupEpsilon:
-		r.setLevel(now, (r.good+r.bad)/2)
+	case r.bad > r.good*(1+rampupEpsilon):
+		r.set(now, cfg, globalCap, math.Sqrt(r.good*r.bad))
+	case r.bad > r.good:
+		r.set(now, cfg, globalCap, r.bad) // spend the target signal on the bad rate
 	default:
-		r.setLevel(now, r.bad) // spend the target signal probing the bad level
+		r.bad, r.fails = 0, 0 // the bad rate proved good: the limit rose
+		r.climb = max(2*r.climb, rampupClimb)
+		r.set(now, cfg, globalCap, r.good*(1+r.climb))
 	}
+}
+
+// rampupJitter is the jitter of a scope under rampup: it never shortens
+// a gap, and lengthens it by at most 2 % (less if j is narrower; none if
+// j is off). Rampup paces at the server's limit, where a rate limiter
+// refuses a request that comes early: nginx's limit_req with no burst
+// refuses any gap shorter than 1/rate, so symmetric ±10 % jitter held a
+// rate at 89 % of such a limit, and ±50 % lower still.
+func rampupJitter(j Jitter) Jitter {
+	return Jitter{Max: min(j.Max-j.Min, rampupJitterMax)}
+}
+
+func nonzero(a, b float64) float64 {
+	if a != 0 {
+		return a
+	}
+	return b
 }

@@ -1,6 +1,9 @@
 package throttle
 
 import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -12,7 +15,7 @@ func rampConfig() ScopeConfig {
 	cfg := backoffConfig()
 	cfg.Delay = time.Second
 	cfg.Rampup.Enabled = true
-	cfg.Rampup.MaxConcurrency = 4
+	cfg.Rampup.MaxConcurrency = 64
 	return cfg
 }
 
@@ -22,130 +25,225 @@ func (p *policy) quietWindow() {
 	p.advance(p.s.cfg.Window)
 }
 
-// TestRampupLadderIsFinite: the delay halves to its floor in a finite
-// number of windows (the last step lands on the floor exactly) with the
-// configured concurrency; then the concurrency rises (slow start: 1, 2, 4
-// ... slots a window) to the cap and stops there.
-func TestRampupLadderIsFinite(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		floor  time.Duration
-		delays []time.Duration
-	}{
-		{"floor 0", 0, []time.Duration{500 * ms, 250 * ms, 125 * ms, 62500 * time.Microsecond, 31250 * time.Microsecond,
-			15625 * time.Microsecond, 7812500, 3906250, 1953125, 0}},
-		{"floor 100ms", 100 * ms, []time.Duration{500 * ms, 250 * ms, 125 * ms, 100 * ms}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			cfg := rampConfig()
-			cfg.Rampup.MinDelay = c.floor
-			p := newPolicy(t, cfg)
-			p.advance(0)
-			var got []time.Duration
-			for range c.delays {
-				assert.Equal(t, 1, p.s.concurrency(), "delay first")
-				p.quietWindow()
-				got = append(got, p.delay())
-			}
-			assert.Equal(t, c.delays, got)
-			var conc []int
-			for range 5 {
-				p.quietWindow()
-				conc = append(conc, p.s.concurrency())
-				assert.Equal(t, c.floor, p.delay())
-			}
-			for i := range conc {
-				assert.LessOrEqual(t, conc[i], 4, "never above the cap")
-				if i > 0 {
-					assert.GreaterOrEqual(t, conc[i], conc[i-1])
-				}
-			}
-			assert.Equal(t, 4, conc[len(conc)-1], "up to the cap")
-		})
-	}
+// rate is the scope's rampup rate now, in starts per second.
+func (p *policy) rate() float64 { return p.s.rampup.current(&p.s.cfg) }
+
+// answer answers a request started at started, now, with fb.
+func (p *policy) answer(started time.Time, fb Feedback) {
+	p.s.Finish(p.now, Ticket{Slot: -1, Cost: 1, Start: started}, &fb)
 }
 
-// TestRampupPacesTheConcurrencyPhase: past the delay phase, starts are
-// spaced by latency / concurrency, so slots don't open in lockstep.
-func TestRampupPacesTheConcurrencyPhase(t *testing.T) {
-	cfg := rampConfig()
-	cfg.Rampup.MaxConcurrency = 8
-	p := newPolicy(t, cfg)
-	p.advance(0)
-	for range 12 {
-		p.request(0, Feedback{Status: 200, Latency: 2 * time.Second})
-		p.advance(cfg.Window)
+// TestRampupSlowStart: from the configured pace, each round of two good
+// answers to requests paced at the rate doubles the rate: 1, 2, 4, 8 ...
+// (one doubling per round trip, as TCP's slow start), and the slots
+// follow: twice the rate times the latency.
+func TestRampupSlowStart(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	var rates []float64
+	for range 6 {
+		rates = append(rates, p.rate())
+		gap := time.Duration(float64(time.Second) / p.rate())
+		a := p.now
+		b := a.Add(gap)
+		p.now = b.Add(50 * ms)
+		p.answer(a, Feedback{Status: 200, Latency: 50 * ms})
+		p.answer(b, Feedback{Status: 200, Latency: 50 * ms})
 	}
-	c := p.s.concurrency()
-	assert.Equal(t, 8, c)
-	assert.Equal(t, 2*time.Second/8, p.delay(), "latency / concurrency")
-	// Half-way between two concurrencies, the pace is half-way too.
-	p.s.rampup.setLevel(p.now, p.s.rampup.k+2.5) // x = 1 + 2.5
+	assert.Equal(t, []float64{1, 2, 4, 8, 16, 32}, rates)
+	assert.Equal(t, 64.0, p.rate())
+	assert.Equal(t, int(math.Ceil(2*64*0.05)), p.s.concurrency(), "twice rate x latency")
+	assert.Equal(t, time.Second/64, p.delay())
+	_, why := p.s.delay()
+	assert.Equal(t, ReasonRampup, why)
+}
+
+// TestRampupHeldBackProvesNothing: a round whose requests started slower
+// than the rate (another rule, another scope, a lack of requests held
+// them back) proves nothing: the rate does not climb (issue: rampup rose
+// to level 16 while another cap bound the rate).
+func TestRampupHeldBackProvesNothing(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	for range 10 {
+		a := p.now
+		b := a.Add(3 * time.Second) // the rate allows one a second
+		p.now = b.Add(50 * ms)
+		p.answer(a, ok)
+		p.answer(b, ok)
+	}
+	assert.Equal(t, 1.0, p.rate(), "never climbed")
+}
+
+// TestRampupProbeFailsBackToGood: a signal at a rate above the last good
+// one returns there at once and marks that rate bad; the search then
+// bisects geometrically between the two.
+func TestRampupProbeFailsBackToGood(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	for range 3 { // 1 -> 2 -> 4 -> 8
+		gap := time.Duration(float64(time.Second) / p.rate())
+		a := p.now
+		p.now = a.Add(gap + 10*ms)
+		p.answer(a, ok)
+		p.answer(a.Add(gap), ok)
+	}
+	require.Equal(t, 8.0, p.rate())
+	p.now = p.now.Add(10 * ms)
+	p.answer(p.now.Add(-5*ms), tooMany)
+	assert.Equal(t, 4.0, p.rate(), "back to the good rate")
+	assert.Equal(t, 8.0, p.s.rampup.bad)
+	assert.Zero(t, p.s.backoff.delay, "rampup took the signal, not backoff")
+	// Answers to requests sent at 8 before the step move nothing.
+	p.answer(p.now.Add(-8*ms), tooMany)
+	assert.Equal(t, 4.0, p.rate())
+	// Four good answers at 4 prove it: bisect to sqrt(4*8).
+	for i := range 4 {
+		p.now = p.now.Add(250 * ms)
+		p.answer(p.now.Add(-time.Duration(3-i)*10*ms), ok)
+	}
+	assert.InDelta(t, math.Sqrt(32), p.rate(), 1e-9)
+}
+
+// TestRampupDeliveredAfterABurst: a round at or below the good rate that
+// draws signals says the good rate was not (a token bucket's burst
+// answered the probes): the rate falls to what the round delivered.
+func TestRampupDeliveredAfterABurst(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	for range 4 { // 1 -> 16
+		gap := time.Duration(float64(time.Second) / p.rate())
+		a := p.now
+		p.now = a.Add(gap + 10*ms)
+		p.answer(a, ok)
+		p.answer(a.Add(gap), ok)
+	}
+	p.answer(p.now, tooMany) // 16 fails: back to 8
+	require.Equal(t, 8.0, p.rate())
+	// At 8, one in four refused: the server delivers 6 a second.
+	for _, fb := range []Feedback{ok, tooMany, ok, ok} {
+		p.now = p.now.Add(125 * ms)
+		p.answer(p.now.Add(-ms), fb)
+	}
+	assert.InDelta(t, 0.97*6, p.rate(), 1e-9)
+	assert.Equal(t, 8.0, p.s.rampup.bad)
+}
+
+// TestRampupFollowsALimitBelowThePace: a server that allows less than the
+// configured pace is followed down by rampup (it owns the rate signals),
+// not left to backoff's doubling.
+func TestRampupFollowsALimitBelowThePace(t *testing.T) {
+	cfg := rampConfig()
+	res := runScope(t, cfg, bucketServer(0.25, 1), 50*ms, 8, 20*time.Minute)
+	rate := res.okRate(10*time.Minute, 20*time.Minute)
+	assert.GreaterOrEqual(t, rate, 0.9*0.25, "rate %.3f", rate)
+	assert.LessOrEqual(t, rate, 0.25)
+	assert.LessOrEqual(t, res.signalsPerMin(10*time.Minute, 20*time.Minute), 2.0)
+}
+
+// TestRampupColdStart: with rampup on and every other setting default, a
+// token bucket of 20 req/s (burst 10, 50 ms) is reached within the first
+// minute (trailing-60 s 2xx rate >= 90 % of it by 60 s), then held at >=
+// 95 % with <= 2 signals a minute.
+func TestRampupColdStart(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	cfg.Rampup.Enabled = true
+	res := runScope(t, cfg, bucketServer(20, 11), 50*ms, 32, 10*time.Minute)
+	assert.GreaterOrEqual(t, res.okRate(0, time.Minute), 0.9*20, "first minute")
+	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*20)
+	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
+}
+
+// TestRampupQuotaPerMinute: a quota of 600 per fixed minute, no headers.
+// Rampup spends it in the first seconds, then measures the cycle from one
+// end of refusals to the next (a quota's new window) and settles at
+// 600/min: >= 95 % of it from the third minute.
+func TestRampupQuotaPerMinute(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	cfg.Rampup.Enabled = true
+	res := runScope(t, cfg, windowServer(600, time.Minute), 50*ms, 32, 10*time.Minute)
+	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*10)
+	assert.LessOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 10.0)
+}
+
+// TestRampupOutage: four 5xx in a row with no success and no 429 between
+// are an outage: rampup pauses (the rate is kept, no rate is marked bad)
+// and backoff probes once per OutageProbe; the first success resumes the
+// rate rampup had.
+func TestRampupOutage(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.s.rampup.rate, p.s.rampup.good, p.s.rampup.settled = 8, 8, true
 	p.s.refresh()
-	assert.Equal(t, 4, p.s.concurrency())
-	assert.InDelta(t, float64(2*time.Second)/3.5, float64(p.delay()), 1)
+	for range 4 {
+		p.now = p.now.Add(125 * ms)
+		p.answer(p.now.Add(-ms), Feedback{Status: 503})
+	}
+	assert.True(t, p.s.rampup.paused)
+	assert.True(t, p.s.backoff.outage, "backoff probes the outage")
+	assert.Equal(t, 5*time.Second, p.delay(), "the first probe after 5 s")
+	assert.Zero(t, p.s.rampup.bad, "no rate blamed")
+	p.now = p.now.Add(5 * time.Second)
+	p.answer(p.now.Add(-ms), Feedback{Status: 503})
+	assert.Equal(t, time.Minute, p.delay(), "then one probe a minute")
+	p.now = p.now.Add(time.Minute)
+	p.answer(p.now.Add(-ms), ok)
+	assert.False(t, p.s.rampup.paused)
+	assert.False(t, p.s.backoff.outage)
+	assert.Equal(t, 8.0, p.rate())
+	assert.Equal(t, time.Second/8, p.delay())
+}
+
+// An "outage" that answers the first probe was a rate limiter refusing a
+// run of requests far above its limit: rampup searches down from half
+// the rate and takes no run for an outage again until it settles.
+func TestRampupOutageThatWasARateLimit(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.s.rampup.rate, p.s.rampup.good = 16, 16
+	p.s.refresh()
+	for range 4 {
+		p.now = p.now.Add(60 * ms)
+		p.answer(p.now.Add(-ms), Feedback{Status: 503})
+	}
+	require.True(t, p.s.rampup.paused)
+	p.now = p.now.Add(5 * time.Second)
+	p.answer(p.now.Add(-ms), ok)
+	assert.False(t, p.s.rampup.paused)
+	assert.Equal(t, 8.0, p.rate())
+	assert.Equal(t, 16.0, p.s.rampup.bad)
+	for range 4 {
+		p.now = p.now.Add(125 * ms)
+		p.answer(p.now.Add(-ms), Feedback{Status: 503})
+	}
+	assert.False(t, p.s.rampup.paused, "no outage again")
+}
+
+// Interleaved 503s are a rate limit, not an outage: nginx's limit_req
+// answers 503 by default.
+func TestRampup503BetweenSuccessesIsARateLimit(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	cfg.Rampup.Enabled = true
+	srv := bucketServer(5, 1)
+	srv.status = 503
+	res := runScope(t, cfg, srv, 50*ms, 16, 10*time.Minute)
+	assert.GreaterOrEqual(t, res.okRate(0, time.Minute), 0.9*5, "first minute")
+	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*5)
+	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
 }
 
 func TestRampupCapDefaultsToGlobalConcurrency(t *testing.T) {
 	cfg := rampConfig()
 	cfg.Rampup.MaxConcurrency = 0
-	cfg.Delay = 0
-	p := newPolicy(t, cfg) // GlobalConcurrency 16
-	p.advance(0)
-	for range 30 {
-		p.quietWindow()
-	}
-	assert.Equal(t, 16, p.s.concurrency())
+	res := runScope(t, cfg, bucketServer(1e6, 1e6), time.Second, 64, 2*time.Minute)
+	assert.Equal(t, 16, res.peak, "GlobalConcurrency 16 of the test's ScopeParams")
 }
 
-// TestRampupSettles: a server that refuses more than 4 req/s. Rampup
-// climbs, steps back on a signal, bisects between the last good and first
-// bad level, and ends near the limit with about one signal per window.
-func TestRampupSettles(t *testing.T) {
-	cfg := rampConfig()
-	p := newPolicy(t, cfg)
-	p.advance(0)
-	limit := 4.0 // req/s the server allows
-	var rates []float64
-	var perWindow []int
-	for w := 0; w < 40; w++ {
-		end := p.now.Add(cfg.Window)
-		signals, oks := 0, 0
-		for p.now.Before(end) {
-			d := p.delay()
-			rate := float64(p.s.concurrency()) / max(d.Seconds(), 0.01)
-			fb := ok
-			if rate > limit {
-				fb = tooMany
-				signals++
-			} else {
-				oks++
-			}
-			p.request(0, fb)
-			p.now = p.now.Add(max(p.delay(), 10*ms))
-			p.s.tick(p.now)
-		}
-		perWindow = append(perWindow, signals)
-		rates = append(rates, float64(oks)/cfg.Window.Seconds())
-	}
-	var sum float64
-	sig := 0
-	for i := 20; i < 40; i++ {
-		sum += rates[i]
-		sig += perWindow[i]
-	}
-	mean := sum / 20
-	assert.GreaterOrEqual(t, mean, 0.95*limit, "rates per window %v", rates)
-	assert.LessOrEqual(t, mean, limit)
-	assert.LessOrEqual(t, float64(sig)/20, 1.5, "about the target of 1 signal per window: %v", perWindow)
-	t.Logf("rate per window %.2f, signals %v", rates, perWindow)
-}
-
-// At level 0 rampup can't step down: the signal goes to backoff.
-func TestRampupAtFloorLeavesSignalToBackoff(t *testing.T) {
-	p := newPolicy(t, rampConfig())
-	p.request(0, tooMany)
-	assert.Equal(t, 2*time.Second, p.delay(), "backoff stepped")
+// TestRampupSteadyProbesSpaceOut: at a strict limit (no burst) with a
+// high latency, each probe costs the requests it had in flight; failed
+// probes come further apart so the steady state stays near the target
+// of one signal per window.
+func TestRampupSteadyProbesSpaceOut(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	cfg.Rampup.Enabled = true
+	cfg.Rampup.MaxConcurrency = 128
+	res := runScope(t, cfg, bucketServer(20, 1), 2*time.Second, 128, 30*time.Minute)
+	assert.GreaterOrEqual(t, res.okRate(10*time.Minute, 30*time.Minute), 0.95*20)
+	assert.LessOrEqual(t, res.signalsPerMin(10*time.Minute, 30*time.Minute), 2.0)
 }
 
 func TestRampupValidation(t *testing.T) {
@@ -160,4 +258,172 @@ func TestRampupValidation(t *testing.T) {
 	_, err = New(cfg)
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "Default.Rampup.MaxSignals", ce.Field)
+}
+
+// A rampup record in the learned state round-trips whole.
+func TestRampupLearnedRoundTrip(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad, r.lat, r.settled, r.climb, r.down, r.skip = 7.5, 7, 8, 40*ms, true, 0.1, 0.05, 3
+	r.changed, r.win, r.winSet, r.winSignals, r.winOK = p.now, p.now, true, 1, 20
+	st := p.s.exportLearned()
+	q := newPolicy(t, rampConfig())
+	require.NoError(t, q.s.importLearned(&st))
+	assert.Equal(t, st, q.s.exportLearned())
+}
+
+// ---- a policy-level crawl in explicit time, for the rules above ----
+
+// modelAnswer is a model server's answer at a request's arrival.
+type modelAnswer func(now time.Time) int
+
+// bucket is a token bucket of rate per second holding at most size
+// tokens (size 1: no burst, as nginx's limit_req burst=0), answering
+// status (429 by default) without a token.
+type bucket struct {
+	rate, size, tokens float64
+	last               time.Time
+	status             int
+}
+
+func bucketServer(rate, size float64) *bucket {
+	return &bucket{rate: rate, size: size, tokens: size, status: 429}
+}
+
+func (b *bucket) answer(now time.Time) int {
+	if !b.last.IsZero() {
+		b.tokens = math.Min(b.size, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 200
+	}
+	return b.status
+}
+
+// window is a quota of n per fixed window w (aligned to the epoch).
+type window struct {
+	n     int
+	w     time.Duration
+	cur   int64
+	count int
+}
+
+func windowServer(n int, w time.Duration) *window { return &window{n: n, w: w, cur: -1} }
+
+func (q *window) answer(now time.Time) int {
+	if k := now.UnixNano() / int64(q.w); k != q.cur {
+		q.cur, q.count = k, 0
+	}
+	if q.count < q.n {
+		q.count++
+		return 200
+	}
+	return 429
+}
+
+type answerer interface{ answer(time.Time) int }
+
+// scopeRun is what runScope recorded: each request's start and status.
+type scopeRun struct {
+	t0     time.Time
+	starts []time.Duration
+	status []int
+	peak   int
+}
+
+func (r *scopeRun) okRate(from, to time.Duration) float64 {
+	n := 0
+	for i, s := range r.starts {
+		if s >= from && s < to && r.status[i] < 300 {
+			n++
+		}
+	}
+	return float64(n) / (to - from).Seconds()
+}
+
+func (r *scopeRun) signalsPerMin(from, to time.Duration) float64 {
+	n := 0
+	for i, s := range r.starts {
+		if s >= from && s < to && r.status[i] >= 400 {
+			n++
+		}
+	}
+	return float64(n) / (to - from).Minutes()
+}
+
+type scopeEvent struct {
+	at     time.Time
+	seq    int
+	ticket Ticket
+	status int
+}
+
+type scopeEvents []scopeEvent
+
+func (h scopeEvents) Len() int { return len(h) }
+func (h scopeEvents) Less(i, j int) bool {
+	return h[i].at.Before(h[j].at) || h[i].at.Equal(h[j].at) && h[i].seq < h[j].seq
+}
+func (h scopeEvents) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *scopeEvents) Push(x any)   { *h = append(*h, x.(scopeEvent)) }
+func (h *scopeEvents) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// runScope drives one default ScopeManager with cfg against srv, whose
+// answers take lat, with at most workers requests in flight, for d: a
+// crawl in explicit time, no goroutines, deterministic (jitter seeded).
+func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, workers int, d time.Duration) *scopeRun {
+	t.Helper()
+	require.NoError(t, cfg.validate("test"))
+	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
+		Rand: rand.New(rand.NewPCG(1, 2))}).(*defaultScope)
+	now := time.Unix(1_000_000, 0)
+	run := &scopeRun{t0: now}
+	end := now.Add(d)
+	var evs scopeEvents
+	seq, inFlight := 0, 0
+	for now.Before(end) {
+		// Start what may start now.
+		for inFlight < workers {
+			adm := s.Admit(now, 1)
+			if adm.Reason != ReasonNone {
+				break
+			}
+			tk := s.Start(now, 1)
+			inFlight++
+			run.peak = max(run.peak, inFlight)
+			st := srv.answer(now)
+			run.starts = append(run.starts, now.Sub(run.t0))
+			run.status = append(run.status, st)
+			seq++
+			heap.Push(&evs, scopeEvent{at: now.Add(lat), seq: seq, ticket: tk, status: st})
+		}
+		// Advance to the next answer or the next admission, whichever
+		// comes first.
+		next := end
+		if inFlight < workers {
+			if adm := s.Admit(now, 1); !adm.At.IsZero() && adm.At.Before(next) {
+				next = adm.At
+			}
+		}
+		if len(evs) > 0 && evs[0].at.Before(next) {
+			next = evs[0].at
+		}
+		if !next.After(now) {
+			next = now.Add(time.Microsecond)
+		}
+		now = next
+		for len(evs) > 0 && !evs[0].at.After(now) {
+			e := heap.Pop(&evs).(scopeEvent)
+			inFlight--
+			s.Finish(e.at, e.ticket, &Feedback{Status: e.status, Latency: lat})
+		}
+	}
+	return run
 }

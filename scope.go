@@ -69,20 +69,22 @@ type Reason uint8
 
 // The reasons a request waits, from the scope's policy or the manager.
 const (
-	ReasonNone        Reason = iota // it may start now
-	ReasonConcurrency               // every slot of the scope is taken
-	ReasonDelay                     // the scope's delay since its last start
-	ReasonSlotDelay                 // the free slots' delay since their last start
-	ReasonGate                      // a server-given wait (Retry-After, RateLimit)
-	ReasonQuota                     // the window's quota is spent
-	ReasonRobots                    // robots.txt Crawl-delay or Request-rate
-	ReasonBackoff                   // the delay raised by backoff signals
-	ReasonGlobal                    // Config.GlobalConcurrency is reached
-	ReasonQueue                     // earlier callers wait for the same scope
+	ReasonNone         Reason = iota // it may start now
+	ReasonConcurrency                // every slot of the scope is taken
+	ReasonDelay                      // the scope's delay since its last start
+	ReasonSlotDelay                  // the free slots' delay since their last start
+	ReasonGate                       // a server-given wait (Retry-After, RateLimit)
+	ReasonQuota                      // the window's quota is spent
+	ReasonRobots                     // robots.txt Crawl-delay or Request-rate
+	ReasonBackoff                    // the delay raised by backoff signals
+	ReasonGlobal                     // Config.GlobalConcurrency is reached
+	ReasonQueue                      // earlier callers wait for the same scope
+	ReasonRampup                     // rampup's rate: the fastest it has proven, or is probing
+	ReasonAutoThrottle               // AutoThrottle's delay: latency / TargetConcurrency
 )
 
 var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate",
-	"quota", "robots", "backoff", "global concurrency", "queue"}
+	"quota", "robots", "backoff", "global concurrency", "queue", "rampup", "autothrottle"}
 
 // String returns the reason in words, e.g. "slot delay".
 func (r Reason) String() string {
@@ -168,7 +170,7 @@ type defaultScope struct {
 	robots  time.Duration // robots.txt delay (0: none)
 	auto    autoThrottle
 	backoff backoff
-	rampup  rampup
+	rampup  *rampup // nil while rampup is off: most scopes never use it
 
 	shared *sharedRecord // with a Store: the learned state it holds; nil without
 }
@@ -183,7 +185,14 @@ func (s *defaultScope) setConfig(cfg ScopeConfig) {
 	s.cfg = cfg
 	s.auto.configure(&s.cfg)
 	s.backoff.configure(&s.cfg)
-	s.rampup.configure(&s.cfg, s.globalCap)
+	switch {
+	case !cfg.Rampup.Enabled:
+		s.rampup = nil
+	case s.rampup == nil:
+		s.rampup = &rampup{}
+	default:
+		s.rampup.configure(&s.cfg, s.globalCap)
+	}
 	s.refresh()
 }
 
@@ -207,7 +216,7 @@ func (s *defaultScope) tick(now time.Time) {
 		// baseDelay for backoff's).
 		return
 	}
-	if s.backoff.tick(now, &s.cfg, s.baseDelay()) || s.rampup.tick(now, &s.cfg) {
+	if s.backoff.tick(now, &s.cfg, s.baseDelay()) || s.rampup.tick(now, &s.cfg, s.globalCap) {
 		s.refresh()
 	}
 }
@@ -244,12 +253,15 @@ func (s *defaultScope) combineDelay() (time.Duration, Reason) {
 // ownDelay is the delay without backoff: configured (or rampup's),
 // robots.txt's or AutoThrottle's, whichever is largest.
 func (s *defaultScope) ownDelay() (time.Duration, Reason) {
-	d, why := s.baseDelay(), ReasonDelay
+	d, why := s.cfg.Delay, ReasonDelay
+	if rd, ok := s.rampup.delay(&s.cfg); ok {
+		d, why = rd, ReasonRampup
+	}
 	if s.robots > d && !s.cfg.IgnoreRobotsTxt {
 		d, why = s.robots, ReasonRobots
 	}
 	if a := s.auto.current(&s.cfg); a > d {
-		d, why = a, ReasonDelay
+		d, why = a, ReasonAutoThrottle
 	}
 	return d, why
 }
@@ -257,26 +269,27 @@ func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 // gap is the least time from the previous start to the next one, with d
 // the delay in effect: d times the jitter drawn at the previous start.
 //
-// Backoff only ever tightens (DESIGN rule 9): when that jitter came from
-// Backoff.Jitter (±10 %), which may reach lower than the scope's Jitter,
-// the gap is never shorter than the delay without backoff times
-// 1+Jitter.Min, as it could be without backoff. Else a backoff delay
-// settled just above the configured one (1.03 s for Delay 1 s with Jitter
-// off), or the first start after backoff ended, could follow the previous
-// start by less than Delay (found by TestStressInvariants; see
-// TestBackoffJitterNeverBelowDelay).
+// Backoff only ever tightens: when that jitter came from Backoff.Jitter
+// (±10 %), which may reach lower than the scope's Jitter, the gap is never
+// shorter than the delay without backoff times 1+Jitter.Min, as it could
+// be without backoff. Else a backoff delay settled just above the
+// configured one (1.03 s for Delay 1 s with Jitter off), or the first
+// start after backoff ended, could follow the previous start by less than
+// Delay (found by TestStressInvariants; see
+// TestBackoffJitterNeverBelowDelay). And backoff never waits longer than
+// Backoff.MaxDelay: its jitter does not carry a gap past it.
 func (s *defaultScope) gap(d time.Duration) time.Duration {
 	g := scaleDuration(d, s.jitter)
 	if s.backoffJitter {
 		own, _ := s.ownDelay()
-		g = max(g, scaleDuration(own, 1+s.cfg.Jitter.Min))
+		g = max(min(g, max(s.cfg.Backoff.MaxDelay, d)), scaleDuration(own, 1+s.cfg.Jitter.Min))
 	}
 	return g
 }
 
 func (s *defaultScope) combineConcurrency() int {
 	c := s.cfg.Concurrency
-	if rc, ok := s.rampup.concurrency(&s.cfg); ok {
+	if rc, ok := s.rampup.concurrency(&s.cfg, s.globalCap); ok {
 		c = rc
 	}
 	if s.robots > 0 && !s.cfg.IgnoreRobotsTxt {
@@ -338,10 +351,13 @@ func (s *defaultScope) quotaLeft(now time.Time) (int64, bool) {
 
 // freeSlot returns the free slot that can start soonest and when: a used
 // slot whose SlotDelay has passed, else a slot never used (-1), which can
-// start at once, else the used slot that frees first.
+// start at once, else the used slot that frees first. Only the first
+// concurrency() slots count: when the concurrency drops (SetConfig,
+// backoff, rampup), the slots above it are not used again, so their
+// SlotDelay does not pace the scope as if it still had them.
 func (s *defaultScope) freeSlot(now time.Time) (int, time.Time) {
 	best, bestAt := -1, time.Time{}
-	for i := range s.slots {
+	for i := range min(len(s.slots), s.concurrency()) {
 		if sl := &s.slots[i]; !sl.busy {
 			if at := sl.last.Add(s.cfg.SlotDelay); best < 0 || at.Before(bestAt) {
 				best, bestAt = i, at
@@ -392,11 +408,8 @@ func (s *defaultScope) drawJitter() float64 {
 	j := s.cfg.Jitter
 	if _, why := s.delay(); why == ReasonBackoff {
 		j = s.cfg.Backoff.Jitter
-	} else if bj := s.cfg.Backoff.Jitter; s.cfg.Rampup.Enabled && bj.Max-bj.Min < j.Max-j.Min {
-		// Rampup paces at the server's limit, where ±50 % jitter costs
-		// about 4 % of the rate against a token bucket (98 % at ±10 %,
-		// 95 % at ±50 %: TestRampupReachesHiddenLimit).
-		j = bj
+	} else if s.cfg.Rampup.Enabled {
+		j = rampupJitter(j)
 	}
 	if j.Min == 0 && j.Max == 0 {
 		return 1
@@ -427,7 +440,12 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 }
 
 // learn routes feedback to the learned parts and sets server gates.
+//
+// With rampup on, rampup takes the rate signals (429s, and 5xx that come
+// between successes) and backoff what is not a rate limit: transport
+// timeouts and outages. Without it, backoff takes every signal.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
+	prevSignal := s.lastSignal
 	signal := s.isSignal(fb)
 	s.lastSignal = signal
 	if gate, ok := s.gateFor(now, fb); ok {
@@ -437,19 +455,24 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		return
 	}
 	old, _ := s.delay()
-	// Rampup probes for a rate limit: it takes the 429s (and counts the
-	// good answers); 5xx and timeouts say the server is down or saturated,
-	// which backoff handles, outage probing included.
-	rateSignal := !signal || fb.Status == http.StatusTooManyRequests
 	// moved: a part that refresh combines may have changed. A plain
 	// success with rampup and AutoThrottle off changes none unless it
 	// ends an outage, and most responses are that: refresh is skipped.
 	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
-	if s.cfg.Rampup.Enabled && rateSignal && s.rampup.onFeedback(now, &s.cfg, t.Start, signal, fb.Latency) {
-		// rampup handled the signal by stepping back to its last good level
-	} else if signal {
-		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, fb.Status == http.StatusTooManyRequests, s.concurrency())
-	} else if fb.Err == nil && s.backoff.onSuccess(now) {
+	verdict := rampupLeft
+	if s.cfg.Rampup.Enabled && fb.Status != 0 {
+		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, t.Start, signal, fb.Status == http.StatusTooManyRequests, fb.Latency)
+	}
+	switch {
+	case verdict == rampupTook:
+	case verdict == rampupOutage:
+		s.backoff.onOutage(now, &s.cfg, old)
+	case signal:
+		// A rate limit, never an outage: a 429, or a 5xx right after a
+		// success (a limiter refusing between its successes).
+		rateLimited := fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
+		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, rateLimited, s.concurrency())
+	case fb.Err == nil && s.backoff.onSuccess(now):
 		moved = true
 	}
 	if s.cfg.AutoThrottle.Enabled {
@@ -458,7 +481,16 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	if moved {
 		s.refresh()
 	}
-	if nd, _ := s.delay(); nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
+	nd, why := s.delay()
+	if why == ReasonBackoff && !s.backoffJitter && s.started {
+		// The wait after the previous start now follows the backoff
+		// delay: draw its factor from Backoff.Jitter, as every start in
+		// backoff does. The factor drawn at that start came from Jitter
+		// (±50 %), which put the first wait of a 300 s backoff anywhere
+		// from 150 s to 450 s, past MaxDelay.
+		s.jitter, s.backoffJitter = s.drawJitter(), true
+	}
+	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.inFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,

@@ -31,6 +31,10 @@ type ScopeStats struct {
 	// learned, robots.txt's.
 	Concurrency int
 	Delay       time.Duration
+	// Pace is the scope's effective pace: the start rate all its rules
+	// allow together and the rule that binds it (see Pace). Zero for a
+	// scope with a custom ScopeManager.
+	Pace Pace
 	// Reason is why a request of this scope alone would wait now
 	// (ReasonNone: it would start), ReadyAt until when, if known.
 	Reason  Reason
@@ -44,7 +48,7 @@ type ScopeStats struct {
 	BackoffSafe        time.Duration
 	Outage             bool
 	AutoThrottleDelay  time.Duration // 0 when AutoThrottle is off
-	RampupLevel        float64       // 0 when rampup is off or at the bottom
+	RampupRate         float64       // rampup's rate in starts/s; 0 when rampup is off
 	Gate               time.Time     // a server-given wait pending until then
 	LastLatency        time.Duration
 	// Counts are this scope's since it was created (a forgotten scope's
@@ -163,6 +167,10 @@ func (m *ThrottlingManager) scopeStats(s *scope, now time.Time, globalFull bool,
 	}
 	if ds, ok := s.mgr.(*defaultScope); ok {
 		ds.fillStats(ss)
+		ss.Pace = ds.pace(now, c.latency)
+		if ss.Reason == ReasonGlobal {
+			ss.Pace.Binding = ReasonGlobal
+		}
 	}
 }
 
@@ -178,7 +186,7 @@ func (s *defaultScope) fillStats(ss *ScopeStats) {
 	ss.BackoffSafe = b.safe
 	ss.AutoThrottleDelay = s.auto.current(&s.cfg)
 	if s.cfg.Rampup.Enabled {
-		ss.RampupLevel = s.rampup.pos
+		ss.RampupRate = s.rampup.current(&s.cfg)
 	}
 	ss.Gate = s.gate
 }

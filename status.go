@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"html/template"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -52,8 +53,10 @@ const (
 //	  key, in_flight, waiting, concurrency, delay_ms, why,
 //	  ready_at (omitted when unknown), backoff_delay_ms,
 //	  backoff_concurrency, backoff_bad_ms, backoff_safe_ms, outage,
-//	  autothrottle_delay_ms, rampup_level, gate (omitted when none),
-//	  last_latency_ms, counts
+//	  autothrottle_delay_ms, rampup_rate_per_s, rate_per_s (the pace's
+//	  rate: starts per second its rules allow, null when unbounded),
+//	  binding (the rule that binds the pace, as why), gate (omitted when
+//	  none), last_latency_ms, counts
 //	counts: requests, signals, responses: 1xx 2xx 3xx 4xx 5xx errors
 //
 // Durations are milliseconds as JSON numbers (fractions for sub-ms
@@ -290,6 +293,7 @@ type statusRow struct {
 	InFlight, Concurrency        int
 	Waiting                      int
 	Delay, Why, Ready            string
+	Pace                         string
 	Backoff, Auto, Latency       string
 	Requests, R2, R4, R5, Errors uint64
 	Signals                      uint64
@@ -353,12 +357,25 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 		if s.AutoThrottleDelay > 0 {
 			r.Auto = statusDuration(s.AutoThrottleDelay)
 		}
+		r.Pace = statusPace(&s.Pace)
 		if s.LastLatency > 0 {
 			r.Latency = statusDuration(s.LastLatency)
 		}
 		dst = append(dst, r)
 	}
 	return dst
+}
+
+// statusPace says a scope's pace for people: "4.85/s (rampup)".
+func statusPace(p *Pace) string {
+	if p.Binding == ReasonNone {
+		return "–"
+	}
+	rate := "unbounded"
+	if !math.IsInf(p.Rate, 1) {
+		rate = strconv.FormatFloat(p.Rate, 'g', 3, 64) + "/s"
+	}
+	return rate + " (" + p.Binding.String() + ")"
 }
 
 // statusDuration rounds d for people: 12.3s, 1.25s, 340ms, 12.5µs.
@@ -420,8 +437,8 @@ tr:nth-child(even) td { background: #f7f7f7; }
 </body>
 </html>
 {{define "rows"}}{{if .}}<table>
-<tr><th class="key">key</th><th>in flight / concurrency</th><th>waiting</th><th>delay</th><th>why it waits now</th><th>ready</th><th>backoff delay</th><th>AutoThrottle delay</th><th>last latency</th><th>requests</th><th>2xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
-{{range .}}<tr><td class="key">{{.Key}}</td><td>{{.InFlight}} / {{.Concurrency}}</td><td>{{.Waiting}}</td><td>{{.Delay}}</td><td class="why">{{.Why}}</td><td>{{.Ready}}</td><td>{{.Backoff}}</td><td>{{.Auto}}</td><td>{{.Latency}}</td><td>{{.Requests}}</td><td>{{.R2}}</td><td>{{.R4}}</td><td>{{.R5}}</td><td>{{.Errors}}</td><td>{{.Signals}}</td></tr>
+<tr><th class="key">key</th><th>in flight / concurrency</th><th>waiting</th><th>delay</th><th>pace (rule that binds)</th><th>why it waits now</th><th>ready</th><th>backoff delay</th><th>AutoThrottle delay</th><th>last latency</th><th>requests</th><th>2xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
+{{range .}}<tr><td class="key">{{.Key}}</td><td>{{.InFlight}} / {{.Concurrency}}</td><td>{{.Waiting}}</td><td>{{.Delay}}</td><td class="why">{{.Pace}}</td><td class="why">{{.Why}}</td><td>{{.Ready}}</td><td>{{.Backoff}}</td><td>{{.Auto}}</td><td>{{.Latency}}</td><td>{{.Requests}}</td><td>{{.R2}}</td><td>{{.R4}}</td><td>{{.R5}}</td><td>{{.Errors}}</td><td>{{.Signals}}</td></tr>
 {{end}}</table>{{else}}<p class="none">No scopes yet.</p>{{end}}{{end}}`
 
 // The JSON document.
@@ -468,7 +485,9 @@ type scopeJSON struct {
 	BackoffSafeMS       float64    `json:"backoff_safe_ms"`
 	Outage              bool       `json:"outage"`
 	AutoThrottleDelayMS float64    `json:"autothrottle_delay_ms"`
-	RampupLevel         float64    `json:"rampup_level"`
+	RampupRate          float64    `json:"rampup_rate_per_s"`
+	RatePerS            *float64   `json:"rate_per_s"`
+	Binding             string     `json:"binding"`
 	Gate                time.Time  `json:"gate,omitzero"`
 	LastLatencyMS       float64    `json:"last_latency_ms"`
 	Counts              countsJSON `json:"counts"`
@@ -498,8 +517,13 @@ func (sc *statusScratch) scopesJSON(dst []scopeJSON, idx []int) []scopeJSON {
 			DelayMS: statusMillis(s.Delay), Why: s.Reason.String(),
 			BackoffDelayMS: statusMillis(s.BackoffDelay), BackoffConcurrency: s.BackoffConcurrency,
 			BackoffBadMS: statusMillis(s.BackoffBad), BackoffSafeMS: statusMillis(s.BackoffSafe), Outage: s.Outage,
-			AutoThrottleDelayMS: statusMillis(s.AutoThrottleDelay), RampupLevel: s.RampupLevel,
+			AutoThrottleDelayMS: statusMillis(s.AutoThrottleDelay), RampupRate: s.RampupRate,
+			Binding:       s.Pace.Binding.String(),
 			LastLatencyMS: statusMillis(s.LastLatency), Counts: statusCounts(&s.Counts),
+		}
+		if !math.IsInf(s.Pace.Rate, 1) {
+			r := s.Pace.Rate
+			j.RatePerS = &r
 		}
 		if !s.ReadyAt.IsZero() {
 			j.ReadyAt = s.ReadyAt.UTC()

@@ -150,14 +150,15 @@ func TestStatusHTML(t *testing.T) {
 		keys := keyCells(waiting)
 		require.Len(t, keys, 6)
 		require.Equal(t, "busy.example", keys[0], "the scope with waiters comes first")
-		require.Contains(t, waiting, `<td class="key">busy.example</td><td>2 / 2</td><td>3</td><td>1s</td><td class="why">concurrency</td>`)
+		require.Contains(t, waiting, `<td class="key">busy.example</td><td>2 / 2</td><td>3</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">concurrency</td>`)
 		require.Equal(t, []string{"limited.example", "slow.example"}, keyCells(backoff)[:2])
 		require.Len(t, keyCells(backoff), 2)
 		require.Contains(t, backoff, `<td class="why">server gate</td><td>in 30s</td>`)
 		require.Contains(t, backoff, "gate 30s")
 		// AutoThrottle from its 5s start after a 300ms response: (5s+300ms)/2.
-		require.Contains(t, waiting, `<td class="key">auto.example</td><td>0 / 1</td><td>0</td><td>2.65s</td><td class="why">delay</td><td>in 2.65s</td><td>–</td><td>2.65s</td><td>300ms</td>`)
-		require.Contains(t, waiting, `<td class="key">ok.example</td><td>0 / 1</td><td>0</td><td>1s</td><td class="why">delay</td><td>in 1s</td>`)
+		require.Contains(t, waiting, `<td class="key">auto.example</td><td>0 / 1</td><td>0</td><td>2.65s</td><td class="why">0.377/s (autothrottle)</td><td class="why">autothrottle</td><td>in 2.65s</td><td>–</td><td>2.65s</td><td>300ms</td>`)
+		require.Contains(t, waiting, `<td class="key">ok.example</td><td>0 / 1</td><td>0</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">delay</td><td>in 1s</td>`)
+		require.Contains(t, backoff, `<td class="why">0/s (server gate)</td>`, "the pace names the rule that binds")
 		// Totals: 2+1+1+1+1+1 requests, 3 2xx, 1 4xx, 1 5xx, 2 signals.
 		require.Contains(t, page, "<td>2</td><td>16</td><td>3</td><td>7</td><td>0</td><td>3</td><td>0</td><td>1</td><td>1</td><td>0</td><td>2</td>")
 	})
@@ -210,7 +211,7 @@ func TestStatusJSON(t *testing.T) {
 			}
 			require.ElementsMatch(t, []string{"key", "in_flight", "waiting", "concurrency", "delay_ms", "why", "ready_at",
 				"backoff_delay_ms", "backoff_concurrency", "backoff_bad_ms", "backoff_safe_ms", "outage",
-				"autothrottle_delay_ms", "rampup_level", "gate", "last_latency_ms", "counts"}, slices.Collect(mapKeys(seen)))
+				"autothrottle_delay_ms", "rampup_rate_per_s", "rate_per_s", "binding", "gate", "last_latency_ms", "counts"}, slices.Collect(mapKeys(seen)))
 			require.JSONEq(t, `{"requests":7,"signals":2,"responses":{"1xx":0,"2xx":3,"3xx":0,"4xx":1,"5xx":1,"errors":0}}`,
 				string(top["totals"]))
 

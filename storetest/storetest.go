@@ -294,8 +294,8 @@ func testAutoThrottleMerge(t *testing.T, p *pair) {
 	p.clock.Advance(10 * time.Second)
 	c := mustTry(t, w1, r)
 	want := c.Acquired().Add(2750 * time.Millisecond)
-	mustRefuse(t, w2, r, throttle.ReasonDelay, want)
-	mustRefuse(t, w1, r, throttle.ReasonDelay, want)
+	mustRefuse(t, w2, r, throttle.ReasonAutoThrottle, want)
+	mustRefuse(t, w1, r, throttle.ReasonAutoThrottle, want)
 	c.Release(nil, context.Canceled) // a transport error changes no delay
 }
 

@@ -118,10 +118,11 @@ for i = 1, n do
 end
 
 -- freeslot: the free slot that can start soonest, -1 for a new slot at
--- now; nil when every slot is busy.
+-- now; nil when every slot is busy. Only the first conc slots count: the
+-- slots above a lowered concurrency are not used again.
 local function freeslot(s)
   local best, at = -1, nil
-  for i = 0, s.nslots - 1 do
+  for i = 0, math.min(s.nslots, s.conc) - 1 do
     if not s.busy[i] then
       local a = s.slots[i] + s.sd
       if at == nil or a < at then best, at = i, a end
