@@ -314,7 +314,10 @@ func (s *defaultScope) sharedImport(data []byte) error {
 	if err := s.importLearned(&st); err != nil {
 		return err
 	}
-	d, _ := s.delay()
-	s.shared = &sharedRecord{version: s.version(), data: data, state: st, delay: d, conc: s.concurrency()}
+	// The store's effective delay and concurrency are the ones the last
+	// release sent, which this record does not know: -1 makes the next
+	// release send this scope's (a SetScopeConfig on another worker, or
+	// this one, changes them without changing the learned state).
+	s.shared = &sharedRecord{version: s.version(), data: data, state: st, delay: -1, conc: -1}
 	return nil
 }

@@ -87,7 +87,7 @@ func (s *defaultScope) pace(now time.Time, lat time.Duration) Pace {
 // ThrottlingManager.warnStatic).
 func ineffectiveSettings(name string, sc *ScopeConfig) []string {
 	var out []string
-	if sc.SlotDelay > 0 && !sc.Rampup.Enabled {
+	if sc.Delay > 0 && sc.SlotDelay > 0 && !sc.Rampup.Enabled {
 		slotEvery := sc.SlotDelay / time.Duration(sc.Concurrency)
 		if sc.Delay < slotEvery {
 			out = append(out, name+".Delay "+sc.Delay.String()+" has no effect: "+name+".SlotDelay "+

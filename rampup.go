@@ -111,7 +111,13 @@ const (
 	// of a probe from its burst). rampupRoundSteady is the round of the
 	// steady state, which only watches for a limit that fell (more than
 	// half refused) or an outage: eight answers.
-	rampupRoundFast   = 2
+	rampupRoundFast = 2
+	// rampupRoundMin is the least time a round's requests span: at
+	// 1 ms latency two answers come back within a millisecond, and a
+	// server's burst allowance (50 requests at once) would prove rate
+	// after rate up to thousands a second. Rounds of 100 ms at least let
+	// a burst of B hide rates up to about 5B a second, not any rate.
+	rampupRoundMin    = 100 * time.Millisecond
 	rampupRoundSlow   = 4
 	rampupRoundSteady = 8
 	// rampupCycleMin and rampupCycleMinOK: a refusal cycle (from the end
@@ -185,7 +191,8 @@ type rampup struct {
 	released time.Time     // when the last such period ended
 	cycle    time.Time     // when the last such period ended (the first answer, before any)
 	cycleOK  int           // successes since
-	run      int           // backoff signals in a row at this rate, no success between
+	run      int           // backoff signals in a row, no success between
+	dip      bool          // halved for a 5xx at the steady rate, until the next answer
 	run429   bool          // the run holds a 429: a rate limit, not an outage
 	climb    float64       // the next steady climb above good (a fraction)
 	down     float64       // the last steady step down (a fraction)
@@ -315,10 +322,18 @@ const (
 	rampupOutage                      // an outage begins: backoff probes it from now
 )
 
-// onFeedback learns from one answer to a request started at started.
-// signal says it is a rate signal (a backoff status, not a transport
-// error), is429 that its status is 429.
-func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, started time.Time, signal, is429 bool, latency time.Duration) rampupVerdict {
+// rampupAnswer is what rampup learns from one answer.
+type rampupAnswer struct {
+	started time.Time     // when its request started
+	latency time.Duration // how long the server took
+	signal  bool          // a backoff signal (a status, not a transport error)
+	is429   bool          // its status is 429
+	gated   bool          // it carried a server-given wait of rampupCycleMin or more
+}
+
+// onFeedback learns from one answer at now.
+func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a rampupAnswer) rampupVerdict {
+	started, signal, is429, latency := a.started, a.signal, a.is429, a.latency
 	if signal {
 		r.winSignals++
 	} else {
@@ -355,7 +370,39 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, star
 		// The server answers again: back to the rate the outage found.
 		r.set(now, cfg, globalCap, r.rate)
 		return rampupLeft
-	case started.Before(r.changed):
+	}
+	// The run of failures counts every answer, whatever rate its request
+	// was sent at: an outage fails them all.
+	if !signal {
+		r.run, r.run429 = 0, false
+		if r.dip {
+			// The dip's 5xx was a refusal among successes, not an
+			// outage: back to the good rate.
+			r.dip = false
+			r.set(now, cfg, globalCap, max(r.rate, r.good))
+		}
+	} else {
+		r.run = min(r.run+1, outageRun)
+		r.run429 = r.run429 || is429
+		if r.run >= outageRun && !r.run429 && !r.noOutage {
+			r.paused, r.pausedAt, r.dip = true, now, false
+			if r.good > 0 {
+				r.rate = max(r.rate, r.good) // resume where the outage found it
+			}
+			return rampupOutage
+		}
+		if r.settled && r.run >= 2 && !r.run429 && !r.noOutage && r.rate <= r.good {
+			// Two 5xx in a row at the steady rate: the start of an
+			// outage, or a rare pair of refusals. Halve until the next
+			// answer tells which: a success restores the rate at once,
+			// four in a row are an outage, reached with fewer requests
+			// sent meanwhile.
+			r.dip = true
+			r.set(now, cfg, globalCap, r.rate/2)
+			return rampupTook
+		}
+	}
+	if started.Before(r.changed) {
 		if signal {
 			return rampupTook // it answers an older rate, already acted on
 		}
@@ -366,6 +413,12 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, star
 	}
 	if started.After(r.rLast) {
 		r.rLast = started
+	}
+	if signal && a.gated && !r.dead {
+		// A refusal that names its end (Retry-After, a RateLimit reset):
+		// the gate holds the scope until then, and the first success
+		// after it ends a cycle like a period of refusals does.
+		r.dead = true
 	}
 	if !signal {
 		if r.dead {
@@ -383,16 +436,9 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, star
 			// before count against nothing.
 			r.set(now, cfg, globalCap, max(r.rate, r.good))
 		}
-		r.run, r.run429 = 0, false
 		r.rOK++
 	} else {
 		r.rSig++
-		r.run = min(r.run+1, outageRun)
-		r.run429 = r.run429 || is429
-		if r.run >= outageRun && !r.run429 && !r.noOutage {
-			r.paused, r.pausedAt = true, now
-			return rampupOutage
-		}
 	}
 	if signal && r.rate > r.good && r.good > 0 {
 		// A probe above the last good rate failed: back there at once.
@@ -426,7 +472,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, star
 	case r.bad > 0:
 		need = rampupRoundSlow
 	}
-	if r.rOK+r.rSig >= need && (r.rOK > 0 || r.run429 || r.noOutage) {
+	if r.rOK+r.rSig >= need && r.rLast.Sub(r.rFirst) >= rampupRoundMin && (r.rOK > 0 || r.run429 || r.noOutage) {
 		// (A round of nothing but 5xx stays open: four in a row are an
 		// outage, not a rate to halve.)
 		r.endRound(now, cfg, globalCap)

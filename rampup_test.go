@@ -42,12 +42,13 @@ func TestRampupSlowStart(t *testing.T) {
 	var rates []float64
 	for range 6 {
 		rates = append(rates, p.rate())
+		// Answers to requests paced at the rate, until the round ends
+		// (two answers, spanning 100 ms at least).
 		gap := time.Duration(float64(time.Second) / p.rate())
-		a := p.now
-		b := a.Add(gap)
-		p.now = b.Add(50 * ms)
-		p.answer(a, Feedback{Status: 200, Latency: 50 * ms})
-		p.answer(b, Feedback{Status: 200, Latency: 50 * ms})
+		for start, r := p.now, p.rate(); p.rate() == r; start = start.Add(gap) {
+			p.now = start.Add(50 * ms)
+			p.answer(start, Feedback{Status: 200, Latency: 50 * ms})
+		}
 	}
 	assert.Equal(t, []float64{1, 2, 4, 8, 16, 32}, rates)
 	assert.Equal(t, 64.0, p.rate())

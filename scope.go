@@ -200,6 +200,9 @@ func (s *defaultScope) setConfig(cfg ScopeConfig) {
 func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
 	s.tick(now)
 	s.setConfig(cfg)
+	if s.shared != nil {
+		s.shared.conc = -1 // the next release sends the new limits to the store
+	}
 }
 
 // SetRobotsDelay sets the delay robots.txt asks for; 0 removes it.
@@ -448,7 +451,8 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	prevSignal := s.lastSignal
 	signal := s.isSignal(fb)
 	s.lastSignal = signal
-	if gate, ok := s.gateFor(now, fb); ok {
+	gate, gated := s.gateFor(now, fb)
+	if gated {
 		s.setGate(gate)
 	}
 	if fb.NoAdjust {
@@ -461,12 +465,17 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
 	verdict := rampupLeft
 	if s.cfg.Rampup.Enabled && fb.Status != 0 {
-		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, t.Start, signal, fb.Status == http.StatusTooManyRequests, fb.Latency)
+		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency,
+			signal: signal, is429: fb.Status == http.StatusTooManyRequests, gated: gated && gate.Sub(now) >= rampupCycleMin})
 	}
 	switch {
 	case verdict == rampupTook:
 	case verdict == rampupOutage:
-		s.backoff.onOutage(now, &s.cfg, old)
+		// Backoff returns to the pace rampup resumes at, not to the
+		// halved one of its last answers.
+		s.refresh()
+		resume, _ := s.delay()
+		s.backoff.onOutage(now, &s.cfg, resume)
 	case signal:
 		// A rate limit, never an outage: a 429, or a 5xx right after a
 		// success (a limiter refusing between its successes).

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 		{"ConcurrencyAcrossWorkers", testConcurrency},
 		{"DelayAcrossWorkers", testDelay},
 		{"SlotDelay", testSlotDelay},
+		{"SlotsAboveLoweredConcurrency", testSlotsAboveLoweredConcurrency},
 		{"QuotaAndCorrection", testQuota},
 		{"MultiScopeAllOrNothing", testMultiScope},
 		{"GateShared", testGate},
@@ -199,6 +200,36 @@ func testSlotDelay(t *testing.T, p *pair) {
 	mustRefuse(t, w1, r, throttle.ReasonSlotDelay, t0.Add(time.Second))
 	p.clock.Advance(700 * time.Millisecond)
 	mustTry(t, w1, r).Release(ok200, nil)
+}
+
+// testSlotsAboveLoweredConcurrency: Concurrency 4, Delay 0, SlotDelay
+// 1 s; four starts at 0, then the concurrency drops to 1. The one slot
+// left paces the scope: starts at 1.0, 2.0, not at 1.0 and then at once
+// in the slots the concurrency no longer has.
+func testSlotsAboveLoweredConcurrency(t *testing.T, p *pair) {
+	sc := config(func(sc *throttle.ScopeConfig) { sc.Concurrency, sc.Delay, sc.SlotDelay = 4, 0, time.Second })
+	w1, w2 := p.workers(sc)
+	r := req(t, "a.test")
+	t0 := p.clock.Now()
+	var held []*throttle.Permit
+	for i := range 4 {
+		held = append(held, mustTry(t, []*throttle.ThrottlingManager{w1, w2}[i%2], r))
+	}
+	for _, h := range held {
+		h.Release(ok200, nil)
+	}
+	one := sc
+	one.Concurrency = 1
+	for _, w := range []*throttle.ThrottlingManager{w1, w2} {
+		if err := w.SetScopeConfig("a.test", one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.clock.Advance(time.Second)
+	mustTry(t, w1, r).Release(ok200, nil)
+	mustRefuse(t, w2, r, throttle.ReasonSlotDelay, t0.Add(2*time.Second))
+	p.clock.Advance(100 * time.Millisecond)
+	mustRefuse(t, w1, r, throttle.ReasonSlotDelay, t0.Add(2*time.Second))
 }
 
 func testQuota(t *testing.T, p *pair) {

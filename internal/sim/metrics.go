@@ -69,6 +69,11 @@ type Metrics struct {
 	// StormRequests is how many requests reached the server during the
 	// storm.
 	StormRequests *int `json:"storm_requests"`
+	// StormKnown is how many of them the client sent after the first
+	// storm answer reached it: the requests it chose to send knowing of
+	// the storm (the others were on their way, or sent before any answer
+	// could tell, which no client can avoid).
+	StormKnown *int `json:"storm_known"`
 	// StormQuietAfter is how many storm signals the client received before
 	// it went quiet for the rest of the storm: from then on every gap
 	// between its requests is at least ten times the mean gap before the
@@ -288,6 +293,13 @@ func stormMetrics(m *Metrics, reqs []req, sFrom, sTo, runLen time.Duration) {
 	m.StormRequests = ptr(len(starts))
 	bLen := (sFrom - bFrom).Seconds()
 	slices.Sort(ends)
+	known := 0
+	for _, s := range starts {
+		if len(ends) > 0 && s >= ends[0] {
+			known++
+		}
+	}
+	m.StormKnown = ptr(known)
 	if before > 0 {
 		m.StormQuietAfter = ptr(quietAfter(starts, ends, sTo, time.Duration(10*bLen/float64(before)*float64(time.Second))))
 	}

@@ -113,6 +113,7 @@ func Aggregate(rs []Result) Result {
 		m.RecoverSeconds = worse(m.RecoverSeconds, x.RecoverSeconds, true, true)
 		m.StormQuietAfter = worse(m.StormQuietAfter, x.StormQuietAfter, true, true)
 		m.StormRequests = worse(m.StormRequests, x.StormRequests, true, false)
+		m.StormKnown = worse(m.StormKnown, x.StormKnown, true, false)
 		m.InGate = worse(m.InGate, x.InGate, true, false)
 		m.InGateRaw = worse(m.InGateRaw, x.InGateRaw, true, false)
 	}
@@ -149,7 +150,7 @@ func tableHeader(mean bool) []string {
 	if mean {
 		h = append(h, "2xx/cap mean")
 	}
-	return append(h, "sig/min", "inflight", "cold90 s", "first5", "storm req", "storm quiet", "recover s", "in gate (raw)")
+	return append(h, "sig/min", "inflight", "cold90 s", "first5", "storm req (known)", "storm quiet", "recover s", "in gate (raw)")
 }
 
 // WriteTable writes one row per (scenario, policy) as an aligned text
@@ -240,7 +241,19 @@ func cells(m Metrics, mean bool) []string {
 		c = append(c, pct(m.OKPerCapacityMean))
 	}
 	return append(c, f(m.SignalsPerMin, 2), f(m.MeanInFlight, 2), pf(m.ColdStart90, 1), pct(m.First5Share),
-		pi(m.StormRequests), pi(m.StormQuietAfter), pf(m.RecoverSeconds, 0), gate)
+		storm(&m), pi(m.StormQuietAfter), pf(m.RecoverSeconds, 0), gate)
+}
+
+// storm is the storm's requests for the table: "24 (10)", all of them and,
+// in brackets, those sent after the first storm answer arrived.
+func storm(m *Metrics) string {
+	if m.StormRequests == nil {
+		return "-"
+	}
+	if m.StormKnown == nil {
+		return strconv.Itoa(*m.StormRequests)
+	}
+	return fmt.Sprintf("%d (%d)", *m.StormRequests, *m.StormKnown)
 }
 
 // WriteJSON writes the rows of WriteTable as a JSON array of Metrics.

@@ -700,7 +700,7 @@ func TestColdFamily(t *testing.T) {
 	for _, c := range ColdCases() {
 		sc := ColdScenario(c, 0)
 		cfg, raised := c.config()
-		if sc.Capacity != c.Rate() || sc.Limit != c.Rate() || sc.MeasureFrom != time.Minute || sc.Duration != 10*time.Minute || sc.Policies[0].Name != "throttle+cold" {
+		if sc.Capacity != c.Rate() || sc.Limit != c.Rate() || sc.MeasureFrom != 2*time.Minute || sc.Duration != 10*time.Minute || sc.Policies[0].Name != "throttle+cold" {
 			t.Fatalf("%s: capacity %g, measured from %v, %v, %s", sc.Name, sc.Capacity, sc.MeasureFrom, sc.Duration, sc.Policies[0].Name)
 		}
 		need := c.Rate() * c.Latency.Seconds()
