@@ -165,7 +165,6 @@ func newManager(opt options, correct bool) (*throttle.ThrottlingManager, error) 
 	host := cfg.Default
 	host.Concurrency = 64
 	host.Delay = 0
-	host.SlotDelay = 0
 	credits := host
 	credits.Quota = quota
 	credits.Window = opt.Window

@@ -222,13 +222,11 @@ func demoConfig(window time.Duration) throttle.Config {
 	fast := cfg.Default
 	fast.Concurrency = 4
 	fast.Delay = 25 * time.Millisecond // ±50 % jitter (the default) around it
-	fast.SlotDelay = 0
 	fast.Window = window
 
 	slow := cfg.Default
 	slow.Concurrency = 4
 	slow.Delay = 0 // the floor of the AutoThrottle delay
-	slow.SlotDelay = 0
 	slow.Window = window
 	slow.AutoThrottle.Enabled = true
 	slow.AutoThrottle.StartDelay = 500 * time.Millisecond
@@ -238,7 +236,6 @@ func demoConfig(window time.Duration) throttle.Config {
 	limited := cfg.Default
 	limited.Concurrency = 2
 	limited.Delay = 100 * time.Millisecond // 10 req/s: more than the hidden limit
-	limited.SlotDelay = 0
 	limited.Window = window
 	// Backoff is on by default (429 is a signal, Retry-After gates the
 	// scope). Its first step from a non-zero delay is Factor x delay, but

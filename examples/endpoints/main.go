@@ -148,7 +148,6 @@ func newManager() (*throttle.ThrottlingManager, error) {
 		sc := cfg.Default
 		sc.Concurrency = conc
 		sc.Delay = delay
-		sc.SlotDelay = 0
 		sc.Jitter = throttle.Jitter{}
 		return sc
 	}

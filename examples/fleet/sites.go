@@ -48,9 +48,9 @@ func limitRate(host string) float64 {
 // scopeConfigs are the workers' throttle settings for the two sites.
 func scopeConfigs() map[string]throttle.ScopeConfig {
 	shop := throttle.DefaultScopeConfig()
-	shop.Concurrency, shop.Delay, shop.SlotDelay = shopConcurrency, shopDelay, 0
+	shop.Concurrency, shop.Delay = shopConcurrency, shopDelay
 	api := throttle.DefaultScopeConfig()
-	api.Concurrency, api.Delay, api.SlotDelay = apiConc, apiDelay, 0
+	api.Concurrency, api.Delay = apiConc, apiDelay
 	api.Jitter = throttle.Jitter{Min: 0, Max: 0.1}
 	return map[string]throttle.ScopeConfig{shopHost: shop, apiHost: api}
 }

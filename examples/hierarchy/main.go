@@ -127,7 +127,6 @@ func newManager() (*throttle.ThrottlingManager, error) {
 		sc := cfg.Default
 		sc.Concurrency = n
 		sc.Delay = 0
-		sc.SlotDelay = 0
 		return sc
 	}
 	cfg.Scopes = map[string]throttle.ScopeConfig{

@@ -160,7 +160,6 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 	// once and no delay, so concurrency is the only limit at work.
 	cfg.Default.Concurrency = concurrency
 	cfg.Default.Delay = 0
-	cfg.Default.SlotDelay = 0
 	m, err := throttle.New(cfg)
 	if err != nil {
 		return result{}, err

@@ -241,14 +241,12 @@ func newManager() (*throttle.ThrottlingManager, error) {
 	api := cfg.Default
 	api.Concurrency = apiConcurrency
 	api.Delay = 0
-	api.SlotDelay = 0
 	cfg.Scopes = map[string]throttle.ScopeConfig{apiHost: api}
 
 	// Target sites (every scope without an entry of its own): one request
 	// at a time, 200 ms apart, no jitter; backoff doubles from there.
 	cfg.Default.Concurrency = 1
 	cfg.Default.Delay = siteDelay
-	cfg.Default.SlotDelay = 0
 	cfg.Default.Jitter = throttle.Jitter{}
 	cfg.Default.Backoff.MinDelay = 100 * time.Millisecond
 	return throttle.New(cfg)

@@ -169,7 +169,7 @@ func frontier(o options) []string {
 // show as configured. robots.txt is off: the test server has none.
 func newManager(o options) (*throttle.ThrottlingManager, error) {
 	cfg := throttle.DefaultConfig()
-	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = o.FastDelay, 0, throttle.Jitter{}
+	cfg.Default.Delay, cfg.Default.Jitter = o.FastDelay, throttle.Jitter{}
 	slow := cfg.Default
 	slow.Delay = o.SlowDelay
 	cfg.Scopes = map[string]throttle.ScopeConfig{slowHost: slow}

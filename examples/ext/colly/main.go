@@ -163,7 +163,7 @@ func loopbackTransport(addr string) *http.Transport {
 // robots.txt.
 func newManager() (*throttle.ThrottlingManager, error) {
 	cfg := throttle.DefaultConfig()
-	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 300*time.Millisecond, 0, throttle.Jitter{}
+	cfg.Default.Delay, cfg.Default.Jitter = 300*time.Millisecond, throttle.Jitter{}
 	c := cfg.Default
 	c.Concurrency, c.Delay = 2, 100*time.Millisecond
 	cfg.Scopes = map[string]throttle.ScopeConfig{"c.example": c}
