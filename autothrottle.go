@@ -2,8 +2,10 @@ package throttle
 
 import "time"
 
-// AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope
-// (DESIGN rule 8): the delay follows latency / TargetConcurrency.
+// AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope:
+// the delay follows latency / TargetConcurrency. Each response moves the
+// delay halfway toward it (at once when it is higher), within Delay and
+// MaxDelay; a response other than 200 never lowers it.
 type AutoThrottleConfig struct {
 	// Enabled turns AutoThrottle on. Default false.
 	Enabled bool

@@ -29,7 +29,8 @@ type Feedback struct {
 	Size int64
 
 	// Backoff marks a backoff signal: the server says, or shows, that it is
-	// overloaded or rate limiting (DESIGN rule 9).
+	// overloaded or rate limiting, and the scope slows down (see
+	// BackoffConfig; with rampup on, RampupConfig).
 	Backoff bool
 	// Timeout marks a signal that the server is saturated rather than rate
 	// limiting (a timeout, a refused or reset connection): scopes with
@@ -50,7 +51,9 @@ type Feedback struct {
 	// response that is not a backoff signal: gate until Wait, proactively.
 	Exhausted bool
 
-	// Quota corrects the quota counts of the request's scopes (DESIGN rule 4).
+	// Quota corrects the quota counts of the request's scopes: a scope
+	// admits at most Quota in cost per Window, counted with the actual
+	// costs reported here.
 	Quota []QuotaUse
 
 	// NoAdjust asks the learned policies (AutoThrottle, backoff, rampup) to

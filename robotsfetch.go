@@ -13,7 +13,7 @@ import (
 )
 
 // RobotsConfig configures how the manager fetches robots.txt and applies
-// its Crawl-delay and Request-rate (DESIGN rule 11).
+// its Crawl-delay and Request-rate.
 //
 // On the first request to an origin (scheme, host and port) through
 // Acquire or the Transport, its /robots.txt is fetched once, through the

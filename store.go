@@ -23,11 +23,12 @@ import (
 // scripts of redisstore. Package storetest checks an implementation.
 type Store interface {
 	// Admit admits a request on all of its scopes at once, or on none:
-	// when every scope has a free slot, its delay since the last start
-	// has passed (slot delay too), no server gate is pending and the
-	// quota window has room, it records the start under req.Lease and
-	// answers Admitted; otherwise it changes nothing and answers why and
-	// when to ask again.
+	// when every scope has a free slot (among its first Concurrency
+	// slots: the slots above a lowered Concurrency are not used), its
+	// delay since the last start has passed (slot delay too), no server
+	// gate is pending and the quota window has room, it records the start
+	// under req.Lease and answers Admitted; otherwise it changes nothing
+	// and answers why and when to ask again.
 	Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error)
 	// Release ends a lease (an unknown or expired lease is no error),
 	// applies gates and quota corrections, and stores learned state for

@@ -104,7 +104,9 @@ type scope struct {
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
-// first invalid field.
+// first invalid field. It warns (once each, see Config.Logger and
+// Hooks.Warning) about settings that cannot take effect, such as a Delay
+// shorter than SlotDelay/Concurrency.
 func New(cfg Config) (*ThrottlingManager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -785,7 +787,8 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	return s, nil
 }
 
-// sweep forgets the idle scopes of sh (DESIGN rule 12). It runs when a
+// sweep forgets the idle scopes of sh, so that memory is bounded by the
+// scopes in recent use, not by every host ever seen. It runs when a
 // scope is created in sh and the shard's sweep time has come, and when
 // sweepStep comes to sh, so the work is spread over the crawl and no
 // goroutine is needed. A manager no one calls forgets nothing until it is
