@@ -40,19 +40,34 @@
 //   - Concurrency: at most this many permits at once [1].
 //   - Delay: between consecutive starts [1s], randomised per start by
 //     Jitter [±50 %].
-//   - SlotDelay: between starts in the same slot [1s].
+//   - SlotDelay: between starts in the same slot [0]. With Concurrency c
+//     it caps the scope at c starts per SlotDelay; New warns when that
+//     leaves Delay no effect.
 //   - Quota per Window [none per 60s]: costs admitted in a window never
 //     exceed it; actual costs reported at Release correct the count.
 //   - AutoThrottle [off]: Scrapy's latency/N rule.
 //   - Backoff [on]: 429, 5xx overload statuses and timeouts raise the
 //     delay; Retry-After and the RateLimit headers gate the scope; recovery
 //     is a bisection that settles just above what the server tolerates.
-//   - Rampup [off]: for paid APIs, probe for the fastest rate the server
-//     allows, aiming at a target number of backoff signals per window.
+//   - Rampup [off]: for paid APIs, steer the scope's start rate to the
+//     fastest the server allows, with as many slots as that rate needs at
+//     the latency seen. It doubles the rate per round trip until a rate is
+//     refused, bisects between the last good and the refused rate, then
+//     judges the rate once per Window, aiming at a target number of
+//     signals and probing now and then for a limit that rose. It takes the
+//     rate-limit signals (429s, and 5xx between successes) and follows a
+//     server whose limit is below the configured pace; an outage (four 5xx
+//     in a row) goes to backoff's probing. See RampupConfig.
 //
 // Config.GlobalConcurrency [16] caps permits across all scopes. Scopes
 // that hold nothing are forgotten after Config.IdleTimeout, so a crawl over
 // millions of hosts stays bounded in memory.
+//
+// The rules combine into one effective pace per scope, a Pace: the start
+// rate they allow together and the rule that binds it. Stats reports it
+// for every scope (ScopeStats.Pace) and the status page (StatusHandler)
+// shows it, so when a setting seems to do nothing, the binding rule names
+// the one that wins.
 //
 // # Time
 //
