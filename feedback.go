@@ -51,6 +51,12 @@ type Feedback struct {
 	// response that is not a backoff signal: gate until Wait, proactively.
 	Exhausted bool
 
+	// StatedRate is the request rate the server states it allows, in
+	// requests per second (ServerWait.Rate); 0 when it states none.
+	// Rampup paces at it from the first response that states it, and
+	// never above it.
+	StatedRate float64
+
 	// Quota corrects the quota counts of the request's scopes: a scope
 	// admits at most Quota in cost per Window, counted with the actual
 	// costs reported here.
@@ -113,7 +119,7 @@ func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error
 		fb.Status = resp.StatusCode
 		fb.Size = resp.ContentLength
 		sw := ParseServerWait(resp.Header, now)
-		fb.Wait, fb.HasWait, fb.Exhausted = sw.Wait, sw.Present, sw.Exhausted
+		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate = sw.Wait, sw.Present, sw.Exhausted, sw.Rate
 		return
 	}
 	if err != nil && IsBackoffError(err) {

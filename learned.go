@@ -57,7 +57,15 @@ type learnedRampup struct {
 	Changed    int64         `json:"ch,omitempty"`
 	Settled    bool          `json:"se,omitempty"`
 	Paused     bool          `json:"pa,omitempty"`
+	PausedAt   int64         `json:"pt,omitempty"`
+	NoOutage   bool          `json:"no,omitempty"`
+	Dead       bool          `json:"de,omitempty"`
+	Released   int64         `json:"re,omitempty"`
+	Cycle      int64         `json:"cy,omitempty"`
+	CycleOK    int           `json:"co,omitempty"`
 	Run        int           `json:"ru,omitempty"`
+	Dip        bool          `json:"dp,omitempty"`
+	Stated     float64       `json:"sr,omitempty"`
 	Run429     bool          `json:"r4,omitempty"`
 	Climb      float64       `json:"cl,omitempty"`
 	Down       float64       `json:"dn,omitempty"`
@@ -67,6 +75,11 @@ type learnedRampup struct {
 	RSig       int           `json:"rs,omitempty"`
 	Win        int64         `json:"w,omitempty"`
 	WinSignals int           `json:"ws,omitempty"`
+	WinCur     int           `json:"wc,omitempty"`
+	WinProbe   bool          `json:"wp,omitempty"`
+	WinGated   bool          `json:"wg,omitempty"`
+	Skip       int           `json:"sk,omitempty"`
+	Fails      int           `json:"fa,omitempty"`
 	WinOK      int           `json:"wo,omitempty"`
 }
 
@@ -106,10 +119,13 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat,
-			Changed: unixNano(r.changed), Settled: r.settled, Paused: r.paused, Run: r.run, Run429: r.run429,
-			Climb: r.climb, Down: r.down, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
-			Win: unixNano(r.win), WinSignals: r.winSignals, WinOK: r.winOK}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat, Changed: unixNano(r.changed),
+			Settled: r.settled, Paused: r.paused, PausedAt: unixNano(r.pausedAt), NoOutage: r.noOutage, Dead: r.dead,
+			Released: unixNano(r.released), Cycle: unixNano(r.cycle), CycleOK: r.cycleOK, Run: r.run, Dip: r.dip,
+			Stated: r.stated, Run429: r.run429, Climb: r.climb, Down: r.down,
+			RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
+			Win: unixNano(r.win), WinSignals: r.winSignals, WinCur: r.winCur, WinProbe: r.winProbe, WinGated: r.winGated,
+			Skip: r.skip, Fails: r.fails, WinOK: r.winOK}
 		if !r.winSet {
 			st.Ramp.Win = 0
 		}
@@ -137,12 +153,13 @@ func (st *learnedState) check() error {
 		}
 	}
 	if r := st.Ramp; r != nil {
-		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Down} {
+		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Down, r.Stated} {
 			if f < 0 || f > rampupMaxRate || math.IsNaN(f) {
 				return bad("rampup rate out of range")
 			}
 		}
-		if r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.WinSignals < 0 || r.WinOK < 0 {
+		if r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.WinSignals < 0 || r.WinOK < 0 ||
+			r.CycleOK < 0 || r.WinCur < 0 || r.Skip < 0 || r.Fails < 0 {
 			return bad("negative rampup value")
 		}
 	}
@@ -156,7 +173,7 @@ func (st *learnedState) latest() int64 {
 		t = max(t, b.LastStep, b.Win)
 	}
 	if r := st.Ramp; r != nil {
-		t = max(t, r.Changed, r.Win)
+		t = max(t, r.Changed, r.Win, r.PausedAt, r.Released, r.Cycle, r.RFirst, r.RLast)
 	}
 	return t
 }
@@ -178,9 +195,12 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 	}
 	if r := st.Ramp; r != nil {
 		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
-			settled: r.Settled, paused: r.Paused, run: min(r.Run, outageRun), run429: r.Run429, climb: r.Climb, down: r.Down,
+			settled: r.Settled, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), noOutage: r.NoOutage, dead: r.Dead,
+			released: fromUnixNano(r.Released), cycle: fromUnixNano(r.Cycle), cycleOK: r.CycleOK, run: min(r.Run, outageRun),
+			dip: r.Dip, stated: r.Stated, run429: r.Run429, climb: r.Climb, down: r.Down,
 			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
-			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winOK: r.WinOK}
+			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winCur: r.WinCur, winProbe: r.WinProbe,
+			winGated: r.WinGated, skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}
 	}
 	s.setConfig(s.cfg) // clamp to this scope's bounds, recompute the effective values
 	return nil

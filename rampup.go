@@ -193,6 +193,7 @@ type rampup struct {
 	cycleOK  int           // successes since
 	run      int           // backoff signals in a row, no success between
 	dip      bool          // halved for a 5xx at the steady rate, until the next answer
+	stated   float64       // the lowest rate the server stated it allows; 0: none
 	run429   bool          // the run holds a 429: a rate limit, not an outage
 	climb    float64       // the next steady climb above good (a fraction)
 	down     float64       // the last steady step down (a fraction)
@@ -209,6 +210,7 @@ type rampup struct {
 	winSignals int
 	winCur     int  // signals at the current rate (after changed)
 	winProbe   bool // a steady probe failed in the window
+	winGated   bool // a signal in the window carried a server-given wait
 	skip       int  // steady windows still to pass before the next probe
 	fails      int  // steady probes failed in a row
 	winOK      int
@@ -242,6 +244,9 @@ func (r *rampup) minRate(cfg *ScopeConfig) float64 {
 // MaxConcurrency slots carry at the latency seen.
 func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
 	c := float64(rampupMaxRate)
+	if r.stated > 0 {
+		c = r.stated // the rate the server states
+	}
 	if d := cfg.Rampup.MinDelay; d > 0 {
 		c = float64(time.Second) / float64(d)
 	}
@@ -329,6 +334,8 @@ type rampupAnswer struct {
 	signal  bool          // a backoff signal (a status, not a transport error)
 	is429   bool          // its status is 429
 	gated   bool          // it carried a server-given wait of rampupCycleMin or more
+	stated  float64       // the rate the server states it allows (Feedback.StatedRate)
+	waited  bool          // it carried a server-given wait of any length
 }
 
 // onFeedback learns from one answer at now.
@@ -336,6 +343,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	started, signal, is429, latency := a.started, a.signal, a.is429, a.latency
 	if signal {
 		r.winSignals++
+		r.winGated = r.winGated || a.waited
 	} else {
 		r.winOK++
 		r.cycleOK++
@@ -350,6 +358,13 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	if r.rate == 0 {
 		r.rate, r.changed = r.clamp(cfg, globalCap, r.start(cfg)), started
 		r.cycle = started
+	}
+	if s := a.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
+		// The server states its limit: pace just below it from now on,
+		// never above, and search no more.
+		r.stated = s
+		r.good, r.bad = s*(1-rampupEpsilon), s
+		r.settle(now, cfg, globalCap)
 	}
 	switch {
 	case r.paused && signal:
@@ -571,7 +586,7 @@ func (r *rampup) settle(now time.Time, cfg *ScopeConfig, globalCap int) {
 // newWindow starts a window at now.
 func (r *rampup) newWindow(now time.Time) {
 	r.win, r.winSet = now, true
-	r.winSignals, r.winOK, r.winCur, r.winProbe = 0, 0, 0, false
+	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated = 0, 0, 0, false, false
 }
 
 // quiet reports whether tick has nothing to do at now: rampup is off, or
@@ -599,7 +614,7 @@ func (r *rampup) tick(now time.Time, cfg *ScopeConfig, globalCap int) bool {
 		r.endWindow(now, cfg, globalCap)
 	}
 	r.win = r.win.Add(now.Sub(r.win) / w * w)
-	r.winSignals, r.winOK, r.winCur, r.winProbe = 0, 0, 0, false
+	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated = 0, 0, 0, false, false
 	return r.rate != before
 }
 
@@ -624,7 +639,9 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 			r.down = min(max(2*r.down, rampupStepDown), 0.5)
 			r.bad = min(nonzero(r.bad, r.rate), r.rate)
 			r.good = r.rate * (1 - r.down)
-			if secs >= cfg.Window.Seconds()/2 {
+			if !r.winGated && secs >= cfg.Window.Seconds()/2 {
+				// Never above what the window delivered, unless the
+				// server's own waits held the scope back in it.
 				r.good = min(r.good, float64(r.winOK)/secs*(1-rampupStepDown))
 			}
 			r.set(now, cfg, globalCap, r.good)

@@ -206,6 +206,14 @@ type ServerWait struct {
 	// Remaining is the smallest remaining count any header reported, or -1
 	// when none did.
 	Remaining int64
+	// Rate is the request rate the server states it allows, in requests
+	// per second, 0 when it states none: the smallest quota / window of
+	// RateLimit-Policy's items (q;w), else of a limit header over the
+	// time to its reset rounded up to a whole second (X-RateLimit-Limit
+	// with X-RateLimit-Reset, RateLimit-Limit with RateLimit-Reset).
+	// The time to a reset is at most the window, so the second form is
+	// high late in a window: take the lowest seen.
+	Rate float64
 }
 
 // Header names read by ParseServerWait: the canonical form, as net/http
@@ -219,6 +227,10 @@ var (
 	hdrXRateLimitRemaining = headerName{"X-Ratelimit-Remaining", "X-RateLimit-Remaining"}
 	hdrXRateLimitReset2    = headerName{"X-Rate-Limit-Reset", "X-Rate-Limit-Reset"}
 	hdrXRateLimitRemain2   = headerName{"X-Rate-Limit-Remaining", "X-Rate-Limit-Remaining"}
+	hdrRateLimitPolicy     = headerName{"Ratelimit-Policy", "RateLimit-Policy"}
+	hdrRateLimitLimit      = headerName{"Ratelimit-Limit", "RateLimit-Limit"}
+	hdrXRateLimitLimit     = headerName{"X-Ratelimit-Limit", "X-RateLimit-Limit"}
+	hdrXRateLimitLimit2    = headerName{"X-Rate-Limit-Limit", "X-Rate-Limit-Limit"}
 )
 
 // ParseServerWait reads every recognised header of h against now:
@@ -226,7 +238,7 @@ var (
 //   - Retry-After (ParseRetryAfter);
 //   - RateLimit (ParseRateLimit): the t of each item is a wait, and the
 //     item with the smallest r gives Remaining;
-//   - RateLimit-Policy: informational only, it gives no wait and is not read;
+//   - RateLimit-Policy gives no wait; with the limit headers it gives Rate;
 //   - RateLimit-Reset (ParseRateLimitReset) and RateLimit-Remaining, from
 //     older drafts;
 //   - X-RateLimit-Reset (ParseXRateLimitReset) and X-RateLimit-Remaining,
@@ -309,7 +321,50 @@ func ParseServerWait(h http.Header, now time.Time) ServerWait {
 		// burst quota must not gate the scope until a daily reset.
 		sw.Wait = spent
 	}
+	sw.Rate = statedRate(h, now)
 	return sw
+}
+
+// statedRate is ServerWait.Rate.
+func statedRate(h http.Header, now time.Time) float64 {
+	rate := 0.0
+	lower := func(q int64, w time.Duration) {
+		if q > 0 && w > 0 {
+			if r := float64(q) / w.Seconds(); rate == 0 || r < rate {
+				rate = r
+			}
+		}
+	}
+	if v, ok := headerValue(h, hdrRateLimitPolicy); ok {
+		if items, ok := ParseRateLimitPolicy(v); ok {
+			for _, it := range items {
+				lower(it.Quota, it.Window)
+			}
+		}
+	}
+	if rate > 0 {
+		return rate
+	}
+	for _, p := range []struct {
+		limit, reset headerName
+		parse        func(string) (time.Duration, bool)
+	}{
+		{hdrRateLimitLimit, hdrRateLimitReset, ParseRateLimitReset},
+		{hdrXRateLimitLimit, hdrXRateLimitReset, func(v string) (time.Duration, bool) { return ParseXRateLimitReset(v, now) }},
+		{hdrXRateLimitLimit2, hdrXRateLimitReset2, func(v string) (time.Duration, bool) { return ParseXRateLimitReset(v, now) }},
+	} {
+		lv, ok1 := headerValue(h, p.limit)
+		rv, ok2 := headerValue(h, p.reset)
+		if !ok1 || !ok2 {
+			continue
+		}
+		q, ok1 := parseCount(lv)
+		d, ok2 := p.parse(rv)
+		if ok1 && ok2 {
+			lower(q, max(time.Second, (d+time.Second-1).Truncate(time.Second))) // resets are whole seconds
+		}
+	}
+	return rate
 }
 
 // headerName is a header's canonical key and its customary spelling.

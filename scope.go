@@ -465,8 +465,8 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
 	verdict := rampupLeft
 	if s.cfg.Rampup.Enabled && fb.Status != 0 {
-		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency,
-			signal: signal, is429: fb.Status == http.StatusTooManyRequests, gated: gated && gate.Sub(now) >= rampupCycleMin})
+		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency, stated: fb.StatedRate,
+			signal: signal, is429: fb.Status == http.StatusTooManyRequests, gated: gated && gate.Sub(now) >= rampupCycleMin, waited: gated})
 	}
 	switch {
 	case verdict == rampupTook:

@@ -596,7 +596,7 @@ func ColdStormScenario(d time.Duration) Scenario {
 	sc := StormScenario(or(d, 30*time.Minute))
 	sc.Name = "cold-storm"
 	cfg := ColdRampupConfig()
-	sc.Policies = []PolicySpec{ThrottlePolicy("throttle+cold", coldAbout(cfg), cfg), ThrottleRampup(), ThrottleAuto(1)}
+	sc.Policies = []PolicySpec{ThrottlePolicy("throttle+cold", coldAbout(cfg), cfg), ThrottleDefault(), ThrottleRampup(), ThrottleAuto(1)}
 	return sc
 }
 
