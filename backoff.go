@@ -278,7 +278,11 @@ func (b *backoff) quiet(now time.Time, cfg *ScopeConfig) bool {
 // tick processes the windows that ended before now. base is the scope's
 // delay without backoff, the floor recovery returns to.
 // It reports whether the delay or concurrency changed.
-func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base time.Duration) bool {
+// own is the delay of the scope's other rules (configured or rampup's,
+// robots.txt's, AutoThrottle's): a window in which it was at least the
+// backoff delay proves nothing about that delay, which did not pace a
+// single start, and recovers nothing.
+func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base, own time.Duration) bool {
 	if !cfg.Backoff.Enabled {
 		return false
 	}
@@ -291,7 +295,8 @@ func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base time.Duration) bool
 		return false
 	}
 	changed := false
-	if b.winSignals == 0 && b.winOK > 0 && (b.delay > 0 || b.concurrency > 0) {
+	held := b.concurrency == 0 && b.delay <= own
+	if b.winSignals == 0 && b.winOK > 0 && (b.delay > 0 || b.concurrency > 0) && !held {
 		b.recover(cfg, base)
 		changed = true
 	}

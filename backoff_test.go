@@ -183,6 +183,28 @@ func TestBackoff429NeverAnOutage(t *testing.T) {
 }
 
 // A window without traffic proves nothing.
+// A window in which another rule's delay (here robots.txt's) was at least
+// backoff's proves nothing about backoff's delay: it recovers only once
+// its delay is the one that paces the starts.
+func TestBackoffHeldBackRecoversNothing(t *testing.T) {
+	cfg := backoffConfig()
+	cfg.Delay = time.Second
+	cfg.Backoff.OutageProbe = 0
+	p := newPolicy(t, cfg)
+	p.request(0, tooMany)
+	p.request(0, tooMany)
+	require.Equal(t, 4*time.Second, p.s.backoff.delay)
+	p.s.SetRobotsDelay(10 * time.Second)
+	for range 5 {
+		p.quietWindow()
+	}
+	assert.Equal(t, 4*time.Second, p.s.backoff.delay, "robots.txt paced every start: nothing proven")
+	p.s.SetRobotsDelay(0)
+	p.quietWindow()
+	p.quietWindow()
+	assert.Less(t, p.s.backoff.delay, 4*time.Second, "recovers once it paces the starts")
+}
+
 func TestBackoffIdleWindowProvesNothing(t *testing.T) {
 	cfg := backoffConfig()
 	p := newPolicy(t, cfg)

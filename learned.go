@@ -66,6 +66,7 @@ type learnedRampup struct {
 	Run        int           `json:"ru,omitempty"`
 	Dip        bool          `json:"dp,omitempty"`
 	Stated     float64       `json:"sr,omitempty"`
+	Memory     time.Duration `json:"me,omitempty"`
 	Run429     bool          `json:"r4,omitempty"`
 	Climb      float64       `json:"cl,omitempty"`
 	Down       float64       `json:"dn,omitempty"`
@@ -122,7 +123,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat, Changed: unixNano(r.changed),
 			Settled: r.settled, Paused: r.paused, PausedAt: unixNano(r.pausedAt), NoOutage: r.noOutage, Dead: r.dead,
 			Released: unixNano(r.released), Cycle: unixNano(r.cycle), CycleOK: r.cycleOK, Run: r.run, Dip: r.dip,
-			Stated: r.stated, Run429: r.run429, Climb: r.climb, Down: r.down,
+			Stated: r.stated, Memory: r.memory, Run429: r.run429, Climb: r.climb, Down: r.down,
 			RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
 			Win: unixNano(r.win), WinSignals: r.winSignals, WinCur: r.winCur, WinProbe: r.winProbe, WinGated: r.winGated,
 			Skip: r.skip, Fails: r.fails, WinOK: r.winOK}
@@ -197,7 +198,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
 			settled: r.Settled, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), noOutage: r.NoOutage, dead: r.Dead,
 			released: fromUnixNano(r.Released), cycle: fromUnixNano(r.Cycle), cycleOK: r.CycleOK, run: min(r.Run, outageRun),
-			dip: r.Dip, stated: r.Stated, run429: r.Run429, climb: r.Climb, down: r.Down,
+			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb, down: r.Down,
 			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
 			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winCur: r.WinCur, winProbe: r.WinProbe,
 			winGated: r.WinGated, skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}

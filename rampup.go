@@ -120,6 +120,9 @@ const (
 	rampupRoundMin    = 100 * time.Millisecond
 	rampupRoundSlow   = 4
 	rampupRoundSteady = 8
+	// rampupMaxMemory caps how long a round must last after server waits
+	// (see onFeedback).
+	rampupMaxMemory = 10 * time.Second
 	// rampupCycleMin and rampupCycleMinOK: a refusal cycle (from the end
 	// of one period of nothing but 429s to the end of the next, see
 	// endCycle) is measured when it lasts at least 5 s with at least 10
@@ -194,6 +197,7 @@ type rampup struct {
 	run      int           // backoff signals in a row, no success between
 	dip      bool          // halved for a 5xx at the steady rate, until the next answer
 	stated   float64       // the lowest rate the server stated it allows; 0: none
+	memory   time.Duration // the last server-given wait: rounds last at least as long
 	run429   bool          // the run holds a 429: a rate limit, not an outage
 	climb    float64       // the next steady climb above good (a fraction)
 	down     float64       // the last steady step down (a fraction)
@@ -335,7 +339,7 @@ type rampupAnswer struct {
 	is429   bool          // its status is 429
 	gated   bool          // it carried a server-given wait of rampupCycleMin or more
 	stated  float64       // the rate the server states it allows (Feedback.StatedRate)
-	waited  bool          // it carried a server-given wait of any length
+	waited  time.Duration // the server-given wait it gated the scope with; 0: none
 }
 
 // onFeedback learns from one answer at now.
@@ -343,7 +347,12 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	started, signal, is429, latency := a.started, a.signal, a.is429, a.latency
 	if signal {
 		r.winSignals++
-		r.winGated = r.winGated || a.waited
+		r.winGated = r.winGated || a.waited > 0
+		if a.waited > 0 {
+			// Rounds must outlast the server's waits: between two gates
+			// a rate the server refuses looks good for a second.
+			r.memory = min(a.waited, rampupMaxMemory)
+		}
 	} else {
 		r.winOK++
 		r.cycleOK++
@@ -487,7 +496,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	case r.bad > 0:
 		need = rampupRoundSlow
 	}
-	if r.rOK+r.rSig >= need && r.rLast.Sub(r.rFirst) >= rampupRoundMin && (r.rOK > 0 || r.run429 || r.noOutage) {
+	if r.rOK+r.rSig >= need && r.rLast.Sub(r.rFirst) >= max(rampupRoundMin, r.memory) && (r.rOK > 0 || r.run429 || r.noOutage) {
 		// (A round of nothing but 5xx stays open: four in a row are an
 		// outage, not a rate to halve.)
 		r.endRound(now, cfg, globalCap)

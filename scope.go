@@ -219,7 +219,8 @@ func (s *defaultScope) tick(now time.Time) {
 		// baseDelay for backoff's).
 		return
 	}
-	if s.backoff.tick(now, &s.cfg, s.baseDelay()) || s.rampup.tick(now, &s.cfg, s.globalCap) {
+	own, _ := s.ownDelay()
+	if s.backoff.tick(now, &s.cfg, s.baseDelay(), own) || s.rampup.tick(now, &s.cfg, s.globalCap) {
 		s.refresh()
 	}
 }
@@ -465,8 +466,17 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
 	verdict := rampupLeft
 	if s.cfg.Rampup.Enabled && fb.Status != 0 {
+		// A success whose headers say the quota is spent is a rate signal
+		// for rampup, which came before the 429 (go-chi/httprate's
+		// X-RateLimit-Remaining: 0): it aims at few of them too. It is
+		// never an outage, as a 429 is not.
+		spent := !signal && fb.Exhausted && fb.appliesTo(s.key)
 		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency, stated: fb.StatedRate,
-			signal: signal, is429: fb.Status == http.StatusTooManyRequests, gated: gated && gate.Sub(now) >= rampupCycleMin, waited: gated})
+			signal: signal || spent, is429: fb.Status == http.StatusTooManyRequests || spent,
+			gated: gated && gate.Sub(now) >= rampupCycleMin, waited: waited(gated, gate, now)})
+		if spent && verdict == rampupTook {
+			verdict = rampupLeft // backoff learns nothing from a success
+		}
 	}
 	switch {
 	case verdict == rampupTook:
@@ -505,6 +515,14 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", signal)
 	}
+}
+
+// waited is the server-given wait a gate set at now imposes; 0 when none.
+func waited(gated bool, gate, now time.Time) time.Duration {
+	if !gated {
+		return 0
+	}
+	return gate.Sub(now)
 }
 
 // isSignal reports whether fb is a backoff signal for this scope.
