@@ -79,6 +79,8 @@ type learnedRampup struct {
 	WinCur     int           `json:"wc,omitempty"`
 	WinProbe   bool          `json:"wp,omitempty"`
 	WinGated   bool          `json:"wg,omitempty"`
+	WinGate    time.Duration `json:"wt,omitempty"`
+	GateEnd    int64         `json:"ge,omitempty"`
 	Skip       int           `json:"sk,omitempty"`
 	Fails      int           `json:"fa,omitempty"`
 	WinOK      int           `json:"wo,omitempty"`
@@ -126,6 +128,7 @@ func (s *defaultScope) exportLearned() learnedState {
 			Stated: r.stated, Memory: r.memory, Run429: r.run429, Climb: r.climb, Down: r.down,
 			RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
 			Win: unixNano(r.win), WinSignals: r.winSignals, WinCur: r.winCur, WinProbe: r.winProbe, WinGated: r.winGated,
+			WinGate: r.winGate, GateEnd: unixNano(r.gateEnd),
 			Skip: r.skip, Fails: r.fails, WinOK: r.winOK}
 		if !r.winSet {
 			st.Ramp.Win = 0
@@ -201,7 +204,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb, down: r.Down,
 			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
 			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winCur: r.WinCur, winProbe: r.WinProbe,
-			winGated: r.WinGated, skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}
+			winGated: r.WinGated, winGate: max(r.WinGate, 0), gateEnd: fromUnixNano(r.GateEnd), skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}
 	}
 	s.setConfig(s.cfg) // clamp to this scope's bounds, recompute the effective values
 	return nil

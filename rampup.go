@@ -164,6 +164,9 @@ const (
 	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
 	// first probe (backoff.onOutage), was a rate limit.
 	rampupOutageConfirm = 10 * time.Second
+	// rampupMinWindow is the shortest window whose 2xx rate caps a steady
+	// rate that drew too many signals (see endWindow): 10 s.
+	rampupMinWindow = 10 * time.Second
 	// rampupMaxSkip caps the steady windows skipped between probes after
 	// a costly one (see endWindow): half an hour at the default Window,
 	// so a limit that rose is found within about that.
@@ -212,11 +215,13 @@ type rampup struct {
 	win        time.Time
 	winSet     bool
 	winSignals int
-	winCur     int  // signals at the current rate (after changed)
-	winProbe   bool // a steady probe failed in the window
-	winGated   bool // a signal in the window carried a server-given wait
-	skip       int  // steady windows still to pass before the next probe
-	fails      int  // steady probes failed in a row
+	winCur     int           // signals at the current rate (after changed)
+	winProbe   bool          // a steady probe failed in the window
+	winGated   bool          // a signal in the window carried a server-given wait
+	winGate    time.Duration // how long server waits held the scope in the window
+	gateEnd    time.Time     // the end of the last server wait
+	skip       int           // steady windows still to pass before the next probe
+	fails      int           // steady probes failed in a row
 	winOK      int
 }
 
@@ -348,6 +353,10 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	if signal {
 		r.winSignals++
 		r.winGated = r.winGated || a.waited > 0
+		if end := now.Add(a.waited); a.waited > 0 && end.After(r.gateEnd) {
+			r.winGate += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
+			r.gateEnd = end
+		}
 		if a.waited > 0 {
 			// Rounds must outlast the server's waits: between two gates
 			// a rate the server refuses looks good for a second.
@@ -595,7 +604,7 @@ func (r *rampup) settle(now time.Time, cfg *ScopeConfig, globalCap int) {
 // newWindow starts a window at now.
 func (r *rampup) newWindow(now time.Time) {
 	r.win, r.winSet = now, true
-	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated = 0, 0, 0, false, false
+	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated, r.winGate = 0, 0, 0, false, false, 0
 }
 
 // quiet reports whether tick has nothing to do at now: rampup is off, or
@@ -623,7 +632,7 @@ func (r *rampup) tick(now time.Time, cfg *ScopeConfig, globalCap int) bool {
 		r.endWindow(now, cfg, globalCap)
 	}
 	r.win = r.win.Add(now.Sub(r.win) / w * w)
-	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated = 0, 0, 0, false, false
+	r.winSignals, r.winOK, r.winCur, r.winProbe, r.winGated, r.winGate = 0, 0, 0, false, false, 0
 	return r.rate != before
 }
 
@@ -643,15 +652,16 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 			return // a failed probe's own cost: not a reason to step down
 		}
 		if r.settled {
-			// Over the target: step down, further for each window over,
-			// and never above what the window delivered.
-			r.down = min(max(2*r.down, rampupStepDown), 0.5)
+			// Over the target: step down 5 %, or to just below what the
+			// window delivered when that is lower: the server accepted
+			// that much while refusing the rest (its own waits held
+			// back nothing it would have accepted).
+			r.down = rampupStepDown
 			r.bad = min(nonzero(r.bad, r.rate), r.rate)
 			r.good = r.rate * (1 - r.down)
-			if !r.winGated && secs >= cfg.Window.Seconds()/2 {
-				// Never above what the window delivered, unless the
-				// server's own waits held the scope back in it.
-				r.good = min(r.good, float64(r.winOK)/secs*(1-rampupStepDown))
+			if open := secs - r.winGate.Seconds(); open >= rampupMinWindow.Seconds() {
+				// What it delivered while no server wait held it.
+				r.good = min(r.good, float64(r.winOK)/open*(1-rampupStepDown))
 			}
 			r.set(now, cfg, globalCap, r.good)
 			return
@@ -695,6 +705,13 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 // rate at 89 % of such a limit, and ±50 % lower still.
 func rampupJitter(j Jitter) Jitter {
 	return Jitter{Max: min(j.Max-j.Min, rampupJitterMax)}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func nonzero(a, b float64) float64 {

@@ -320,9 +320,6 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 
 // ---- a policy-level crawl in explicit time, for the rules above ----
 
-// modelAnswer is a model server's answer at a request's arrival.
-type modelAnswer func(now time.Time) int
-
 // bucket is a token bucket of rate per second holding at most size
 // tokens (size 1: no burst, as nginx's limit_req burst=0), answering
 // status (429 by default) without a token.

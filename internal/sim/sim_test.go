@@ -805,34 +805,32 @@ type coldTarget struct{ cold, share, signals float64 }
 // coldGaps are the cold cases that miss a target, with what they reach
 // (measured on 8 seeds, worst seed, a little margin).
 //
-//   - At a latency of 2 s, no client finds a limit in 60 s from 1 req/s:
-//     each doubling needs an answer, one round trip, and the trailing-60 s
-//     rate counts the seconds before as zero. 2 s round trips put 90 % at
-//     70-125 s (1 req/s and a limit of 1 probes the most: any probe above
-//     the limit is refused).
-//   - A limit of 1 req/s at 50 ms is the start rate itself; the probes
-//     above it cost the first minute a few requests, where 6 missing ones
-//     fail the target.
-//   - Tokens buckets with a burst of 10 at 2 s: each probe has 40-100
-//     requests in flight when its first refusal comes back; the probes
-//     are spaced to keep signals near the target, and the rate settles
-//     at 89-91 % on the worst seed (95-96 % on average).
+//   - At a latency of 2 s, no client finds a limit within 60 s from
+//     1 req/s: each doubling needs an answer, one round trip, and the
+//     trailing-60 s rate counts the seconds before as zero. 90 % comes at
+//     63-82 s (123 s at a limit of 1 req/s, which is the start rate: any
+//     probe above it is refused).
+//   - A limit of 1 or 5 req/s at 50 ms with no burst: the probes above
+//     the limit cost the first minute a few requests, which the fixed
+//     60-s divisor does not forgive (82 s and 60.3 s).
+//   - Token buckets with a burst of 10 (1 req/s at 2 s, 20 req/s at 1 ms):
+//     a probe above the limit is answered from the burst for seconds
+//     before a refusal says it is too fast; 2.1-2.6 signals a minute.
 //   - Per-minute quotas of 600: the steady probe above the quota burns it
-//     a few seconds before the window ends: 2.25 signals a minute on the
-//     worst seed (fixed windows); a sliding window frees what the first
-//     burst took one request at a time, and the rate settles at 94.6 %.
+//     a few seconds before the window ends (2.25 signals a minute, fixed
+//     windows); a sliding window frees what the first burst took one
+//     request at a time, and the rate settles at 94.6 %.
 var coldGaps = map[string]coldTarget{
-	"cold-1rps-b0-50ms":   {cold: 90, share: 0.95, signals: 2},
-	"cold-1rps-b0-2s":     {cold: 130, share: 0.95, signals: 2},
-	"cold-1rps-b10-2s":    {cold: 60, share: 0.95, signals: 2.5},
-	"cold-5rps-b0-50ms":   {cold: 65, share: 0.95, signals: 2},
-	"cold-5rps-b0-2s":     {cold: 90, share: 0.95, signals: 2},
-	"cold-20rps-b0-2s":    {cold: 85, share: 0.95, signals: 2},
-	"cold-20rps-b10-2s":   {cold: 70, share: 0.89, signals: 2},
-	"cold-50rps-b0-2s":    {cold: 90, share: 0.95, signals: 2},
-	"cold-50rps-b10-1ms":  {cold: 65, share: 0.95, signals: 2},
-	"cold-50rps-b10-50ms": {cold: 65, share: 0.95, signals: 2},
-	"cold-50rps-b10-2s":   {cold: 75, share: 0.87, signals: 2},
-	"cold-600pm-fixed":    {cold: 120, share: 0.95, signals: 2.5},
-	"cold-600pm-sliding":  {cold: 120, share: 0.94, signals: 2},
+	"cold-1rps-b0-50ms":  {cold: 90, share: 0.95, signals: 2},
+	"cold-1rps-b0-2s":    {cold: 130, share: 0.95, signals: 2},
+	"cold-1rps-b10-2s":   {cold: 60, share: 0.95, signals: 2.5},
+	"cold-5rps-b0-50ms":  {cold: 65, share: 0.95, signals: 2},
+	"cold-5rps-b0-2s":    {cold: 90, share: 0.95, signals: 2},
+	"cold-20rps-b0-2s":   {cold: 85, share: 0.95, signals: 2},
+	"cold-20rps-b10-1ms": {cold: 60, share: 0.95, signals: 3},
+	"cold-20rps-b10-2s":  {cold: 70, share: 0.95, signals: 2},
+	"cold-50rps-b0-2s":   {cold: 90, share: 0.95, signals: 2},
+	"cold-50rps-b10-2s":  {cold: 75, share: 0.95, signals: 2},
+	"cold-600pm-fixed":   {cold: 120, share: 0.95, signals: 2.5},
+	"cold-600pm-sliding": {cold: 120, share: 0.94, signals: 2},
 }
