@@ -164,8 +164,10 @@ const (
 	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
 	// first probe (backoff.onOutage), was a rate limit.
 	rampupOutageConfirm = 10 * time.Second
-	// rampupMinWindow is the shortest window whose 2xx rate caps a steady
-	// rate that drew too many signals (see endWindow): 10 s.
+	// rampupMinWindow is the least time, not held by server waits, over
+	// which a window's 2xx rate caps a steady rate that drew too many
+	// signals (see endWindow): 10 s, long enough that a burst of a few
+	// requests moves the rate by little (5 s measured worse).
 	rampupMinWindow = 10 * time.Second
 	// rampupMaxSkip caps the steady windows skipped between probes after
 	// a costly one (see endWindow): half an hour at the default Window,
@@ -659,9 +661,14 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 			r.down = rampupStepDown
 			r.bad = min(nonzero(r.bad, r.rate), r.rate)
 			r.good = r.rate * (1 - r.down)
-			if open := secs - r.winGate.Seconds(); open >= rampupMinWindow.Seconds() {
-				// What it delivered while no server wait held it.
-				r.good = min(r.good, float64(r.winOK)/open*(1-rampupStepDown))
+			switch {
+			case r.winGated && secs >= rampupMinWindow.Seconds()/2:
+				// The server's own waits (a Retry-After after each
+				// refusal) paced the window: what it accepted over the
+				// whole window, gates included, is its pace.
+				r.good = min(r.good, float64(r.winOK)/secs*(1-rampupEpsilon))
+			case secs >= rampupMinWindow.Seconds():
+				r.good = min(r.good, float64(r.winOK)/secs*(1-rampupStepDown))
 			}
 			r.set(now, cfg, globalCap, r.good)
 			return
