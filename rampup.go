@@ -347,6 +347,7 @@ type rampupAnswer struct {
 	gated   bool          // it carried a server-given wait of rampupCycleMin or more
 	stated  float64       // the rate the server states it allows (Feedback.StatedRate)
 	waited  time.Duration // the server-given wait it gated the scope with; 0: none
+	spent   bool          // a success whose headers say the quota is spent (signal is set)
 }
 
 // onFeedback learns from one answer at now.
@@ -354,7 +355,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	started, signal, is429, latency := a.started, a.signal, a.is429, a.latency
 	if signal {
 		r.winSignals++
-		r.winGated = r.winGated || a.waited > 0
+		r.winGated = r.winGated || a.waited > 0 && !a.spent
 		if end := now.Add(a.waited); a.waited > 0 && end.After(r.gateEnd) {
 			r.winGate += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
 			r.gateEnd = end

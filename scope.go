@@ -473,7 +473,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		spent := !signal && fb.Exhausted && fb.appliesTo(s.key)
 		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency, stated: fb.StatedRate,
 			signal: signal || spent, is429: fb.Status == http.StatusTooManyRequests || spent,
-			gated: gated && gate.Sub(now) >= rampupCycleMin, waited: waited(gated, gate, now)})
+			gated: gated && gate.Sub(now) >= rampupCycleMin, waited: waited(gated, gate, now), spent: spent})
 		if spent && verdict == rampupTook {
 			verdict = rampupLeft // backoff learns nothing from a success
 		}
