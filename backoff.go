@@ -73,7 +73,7 @@ type BackoffConfig struct {
 	RedirectMaxDelay time.Duration
 }
 
-// DefaultBackoffConfig returns the backoff defaults of DESIGN rule 9.
+// DefaultBackoffConfig returns the backoff defaults named on each field.
 func DefaultBackoffConfig() BackoffConfig {
 	return BackoffConfig{
 		Enabled:           true,

@@ -62,7 +62,7 @@ type Config struct {
 	// A manager no one calls keeps its scopes until it is called again.
 	IdleTimeout time.Duration
 	// LearnedIdleTimeout is how long an idle scope that has learned state
-	// (a raised delay, a backoff level, a rampup level) is kept. Default 1h.
+	// (a raised delay, a backoff level, a rampup rate) is kept. Default 1h.
 	// Must be >= IdleTimeout.
 	LearnedIdleTimeout time.Duration
 
@@ -166,7 +166,8 @@ type Jitter struct {
 // SymmetricJitter returns the range [-f, +f].
 func SymmetricJitter(f float64) Jitter { return Jitter{Min: -f, Max: f} }
 
-// DefaultConfig returns the defaults of DESIGN rules 1-13.
+// DefaultConfig returns the defaults named on each field of Config and
+// ScopeConfig.
 func DefaultConfig() Config {
 	return Config{
 		Default:              DefaultScopeConfig(),

@@ -9,7 +9,7 @@ import (
 )
 
 // learnedState is what the default policy of a scope has learned: its
-// AutoThrottle delay, its backoff episode and its rampup level, with the
+// AutoThrottle delay, its backoff episode and its rampup rate, with the
 // window counters that drive them. It is what a Store shares between
 // workers (as JSON) and what Export saves. What configure derives from the
 // ScopeConfig (minStatus, the rampup ladder) is not part of it.

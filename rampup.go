@@ -23,48 +23,57 @@ import (
 //
 //   - Search, in rounds. A round is the answers to the requests started
 //     since the rate last changed; it ends after two answers (four once a
-//     refusing rate is known), or at once on a refusal of a rate above the
-//     last good one. A round without a backoff signal, in which the rate
-//     took effect (its starts came at least 70 % as fast as the rate: not
-//     held back by another rule, another scope, a gate or a lack of
-//     requests), proves the rate good. Until a rate draws a signal, each
-//     good round doubles the rate: TCP's slow start, one doubling per round
-//     trip, so a 1 req/s start reaches 50 req/s in about six round trips,
-//     seconds rather than the minutes that one step per window took. A
-//     refused probe returns to the last good rate at once and becomes the
-//     known bad rate; between the two, rampup bisects geometrically
-//     (sqrt(good*bad): rates span orders of magnitude) until they are
-//     within 2 %. When a round at or below the good rate draws signals,
-//     the good rate was an illusion (a token bucket's burst answered it):
-//     the rate falls to what the server delivered in that round (the rate
-//     times its share of 2xx answers, which is the limit of a drained token
-//     bucket), and the search goes on from there.
+//     refusing rate is known) spanning at least 100 ms and the server's
+//     last Retry-After, or at once on a refusal of a rate above the last
+//     good one. A round without a backoff signal, in which the rate took
+//     effect (its starts came at least 70 % as fast as the rate: not held
+//     back by another rule, another scope, a gate or a lack of requests),
+//     proves the rate good. Until a rate draws a signal, each good round
+//     doubles the rate: TCP's slow start, one doubling per round trip, so
+//     a 1 req/s start reaches 50 req/s in seconds rather than the minutes
+//     that one step per window took. A refused probe returns to the last
+//     good rate at once and becomes the known bad rate; between the two,
+//     rampup bisects geometrically (sqrt(good*bad): rates span orders of
+//     magnitude) until they are within 2 %. When a round at or below the
+//     good rate draws signals, the good rate was an illusion (a token
+//     bucket's burst answered it): the rate falls to what the server
+//     delivered in that round (the rate times its share of 2xx answers,
+//     the limit of a drained token bucket), and the search goes on.
 //   - Steady state, in windows (Window, default 60 s). Once the search has
 //     converged, the rate is judged once per window, aiming at MinSignals
 //     to MaxSignals backoff signals per window: a window with fewer probes
 //     the bad rate (spending about one signal a window to follow a limit
 //     that rises), and once that proves good, climbs by 5, 10, 20 ... %
-//     per window; a window with more steps the rate down by 5 %, twice as
-//     far for each further window over the target. Short rounds cannot see
-//     a limit counted per minute, nor a token bucket's burst slowly
-//     draining at a rate a few percent too high: a window can, so a window
-//     with more signals than the target also caps the rate at the 2xx rate
-//     it delivered (a quota of N per minute delivers N per minute, whatever
-//     was sent), and that cap ends a search that rounds cannot finish.
+//     per window; failed probes come 1, 3, 7 ... windows apart, and at
+//     least as far apart as their cost in signals (half of rate x latency
+//     against a strict limiter). A window with more signals than the
+//     target steps the rate down by 5 %, or to just below the 2xx rate it
+//     delivered when that is lower; a window with MaxSignals+4 ends early.
+//
+// Some servers say more than refusals. A server that states its limit
+// (RateLimit-Policy, or X-RateLimit-Limit over its reset: Feedback's
+// StatedRate) is paced 2 % below it from its first response, never above.
+// A quota counted per minute shows as periods of nothing but 429s: each
+// such period's end is the start of the quota's next window, and the
+// successes from one end to the next, over that time, are its rate; the
+// scope settles just below it. A success whose headers say the quota is
+// spent is a rate signal too.
 //
 // Signals: 429, and 503 and the other backoff statuses, count alike when
 // they come interleaved with successes: many servers, nginx's limit_req
-// among them, limit with 503. Four 5xx answers in a row with no success
-// and no 429 between are an outage, not a rate limit: rampup pauses
-// without marking any rate bad, backoff probes the outage (one request
-// per Backoff.OutageProbe), and the first success returns the scope to the
-// pace it had. A round of nothing but 429s (a quota spent until its
-// window ends, a limiter that counts refused requests too) halves the
-// rate each round, without taking it for a limit. Responses to requests
-// started before the rate last changed answer the old rate and move
-// nothing. Server-given waits still gate the scope.
-// While rampup is on, jitter never shortens a gap and lengthens it by 2 %
-// at most: a rate limiter refuses what comes early.
+// among them, limit with 503. Two 5xx in a row at the steady rate halve it
+// until the next answer; four in a row with no success and no 429 between
+// are an outage, not a rate limit: rampup pauses without marking any rate
+// bad, backoff probes the outage (after 5 s, then one request per
+// Backoff.OutageProbe), and the first success returns the scope to the
+// pace it had (one within 10 s says it was a rate limit after all: the
+// search goes on from half the rate). A round of nothing but 429s (a quota
+// spent until its window ends, a limiter that counts refused requests too)
+// halves the rate each round, down to the configured pace, without taking
+// it for a limit. Responses to requests started before the rate last
+// changed answer the old rate and move nothing. Server-given waits still
+// gate the scope. While rampup is on, jitter never shortens a gap and
+// lengthens it by 2 % at most: a rate limiter refuses what comes early.
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool
@@ -140,8 +149,8 @@ const (
 	rampupEffect = 0.7
 	// rampupEpsilon ends the bisection: good and bad within 2 %.
 	rampupEpsilon = 0.02
-	// rampupStepDown is the first step down of a window over the target
-	// (5 % of the rate), doubling per further window over it.
+	// rampupStepDown is the step down of a window over the target: 5 %
+	// of the rate.
 	rampupStepDown = 0.05
 	// rampupClimb is the first climb of a quiet steady window once the
 	// bad rate proved good (the limit rose): 5 %, doubling per window.
@@ -164,10 +173,11 @@ const (
 	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
 	// first probe (backoff.onOutage), was a rate limit.
 	rampupOutageConfirm = 10 * time.Second
-	// rampupMinWindow is the least time, not held by server waits, over
-	// which a window's 2xx rate caps a steady rate that drew too many
-	// signals (see endWindow): 10 s, long enough that a burst of a few
-	// requests moves the rate by little (5 s measured worse).
+	// rampupMinWindow is the least time over which a window's 2xx rate
+	// caps a steady rate that drew too many signals (see endWindow): 10 s,
+	// long enough that a burst of a few requests moves the rate by little
+	// (5 s measured worse); half that where the server's own waits paced
+	// the window.
 	rampupMinWindow = 10 * time.Second
 	// rampupMaxSkip caps the steady windows skipped between probes after
 	// a costly one (see endWindow): half an hour at the default Window,

@@ -58,7 +58,7 @@ const (
 	// Busy: permits held, or a start time, gate or window still pending.
 	Busy Idleness = iota
 	// IdleLearned: nothing pending, but learned state (a raised delay, a
-	// backoff or rampup level): kept for Config.LearnedIdleTimeout.
+	// backoff or rampup rate): kept for Config.LearnedIdleTimeout.
 	IdleLearned
 	// IdleEmpty: nothing at all: kept for Config.IdleTimeout.
 	IdleEmpty
@@ -118,15 +118,16 @@ type ScopeManagerFactory func(p ScopeParams) ScopeManager
 // NewDefaultScopeManager returns the default policy: slots, delay, slot
 // delay, jitter, quota, server gates, AutoThrottle, backoff and rampup.
 //
-// How the parts combine: the delay between starts is the largest of the
-// configured Delay (or the rampup level's delay, which may be lower),
-// the robots.txt delay, the AutoThrottle delay and the backoff delay; the
-// concurrency is the smallest of the configured one (or rampup's, which may
-// be higher), robots.txt's 1 and backoff's reduced one. Server gates
-// (Retry-After and friends) are separate clocks that hold every start
-// until they pass. Jitter is drawn once per start, from Backoff.Jitter while
-// the backoff delay is the largest, else from Jitter; with rampup on, from
-// the narrower of the two.
+// How the parts combine (the Pace type says it whole): the delay between
+// starts is the largest of the configured Delay (or, with rampup on,
+// 1/rampup's rate, which replaces it), the robots.txt delay, the
+// AutoThrottle delay and the backoff delay; the concurrency is the
+// configured one (or the slots rampup's rate needs), 1 under a robots.txt
+// delay, and backoff's reduced one when lower. Server gates (Retry-After
+// and friends) are separate clocks that hold every start until they pass.
+// Jitter is drawn once per start, from Backoff.Jitter while the backoff
+// delay is the largest, else from Jitter; with rampup on, it never
+// shortens a gap and lengthens it by 2 % at most.
 func NewDefaultScopeManager(p ScopeParams) ScopeManager {
 	s := &defaultScope{key: p.Key, rng: p.Rand, log: p.Logger, globalCap: p.GlobalConcurrency}
 	if s.log == nil {
