@@ -185,7 +185,7 @@ func testDelay(t *testing.T, p *pair) {
 	mustRefuse(t, w1, r, throttle.ReasonDelay, t0.Add(2*time.Second))
 }
 
-// testSlotDelay is DESIGN rule 3's example: Concurrency 2, Delay 0.3 s,
+// testSlotDelay is the slot-delay rule's worked example: Concurrency 2, Delay 0.3 s,
 // SlotDelay 1 s: starts at 0.0, 0.3, 1.0, the workers alternating.
 func testSlotDelay(t *testing.T, p *pair) {
 	w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) {
