@@ -215,7 +215,6 @@ type rampup struct {
 	memory   time.Duration // the last server-given wait: rounds last at least as long
 	run429   bool          // the run holds a 429: a rate limit, not an outage
 	climb    float64       // the next steady climb above good (a fraction)
-	down     float64       // the last steady step down (a fraction)
 
 	// the round: answers to the requests started since changed, and the
 	// first and last of their starts (answers, not starts, are counted:
@@ -609,7 +608,7 @@ func (r *rampup) tookEffect() bool {
 
 // settle ends the search at the good rate.
 func (r *rampup) settle(now time.Time, cfg *ScopeConfig, globalCap int) {
-	r.settled, r.climb, r.down, r.noOutage = true, 0, 0, false
+	r.settled, r.climb, r.noOutage = true, 0, false
 	r.set(now, cfg, globalCap, r.good)
 	r.newWindow(now)
 }
@@ -669,9 +668,8 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 			// window delivered when that is lower: the server accepted
 			// that much while refusing the rest (its own waits held
 			// back nothing it would have accepted).
-			r.down = rampupStepDown
 			r.bad = min(nonzero(r.bad, r.rate), r.rate)
-			r.good = r.rate * (1 - r.down)
+			r.good = r.rate * (1 - rampupStepDown)
 			switch {
 			case r.winGated && secs >= rampupMinWindow.Seconds()/2:
 				// The server's own waits (a Retry-After after each
@@ -690,10 +688,8 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 		return // the rounds decide
 	}
 	if r.winSignals >= rc.MinSignals {
-		r.down = 0
 		return // on target
 	}
-	r.down = 0
 	if r.skip > 0 {
 		r.skip--
 		return
