@@ -184,6 +184,11 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		if ctx.Err() != nil {
 			return ans, &WaitError{Err: ctx.Err()}
 		}
+		if we := (*WaitError)(nil); errors.As(err, &we) {
+			// The store saw the caller's deadline pass (in its own
+			// clock, a little ahead of ours): the caller gave up.
+			return ans, we
+		}
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			// The caller's deadline ended the call (a connection's read
 			// deadline can fire before the context's own timer marks it

@@ -28,7 +28,10 @@ type Store interface {
 	// delay since the last start has passed (slot delay too), no server
 	// gate is pending and the quota window has room, it records the start
 	// under req.Lease and answers Admitted; otherwise it changes nothing
-	// and answers why and when to ask again.
+	// and answers why and when to ask again. A store that refuses a
+	// call because ctx's deadline has passed by its own clock returns a
+	// *WaitError wrapping context.DeadlineExceeded: the caller gave up,
+	// the store did not fail.
 	Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error)
 	// Release ends a lease (an unknown or expired lease is no error),
 	// applies gates and quota corrections, and stores learned state for

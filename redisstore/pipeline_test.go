@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -193,5 +194,65 @@ func TestRenewOneRoundTrip(t *testing.T) {
 	require.Equal(t, int64(10), hook.scripts.Load())
 	for _, p := range held {
 		p.Release(&http.Response{StatusCode: 200}, nil)
+	}
+}
+
+// TestDeadlinePassedInRedisTime: Redis refuses an admission whose
+// caller's deadline has passed by its clock, which the store estimates to
+// within half a round trip; when Redis sees it pass before the caller's
+// own clock does, Acquire returns a *WaitError wrapping
+// context.DeadlineExceeded (the caller gave up), not a *StoreError, and
+// with FallbackLocal the store is not taken for down.
+func TestDeadlinePassedInRedisTime(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, failure := range []throttle.StoreFailureMode{throttle.FailClosed, throttle.FallbackLocal} {
+		s, _ := newStore(t, srv, redisstore.Options{})
+		var logs strings.Builder
+		m := sharedManager(t, s, nil, func(c *throttle.Config) {
+			c.StoreFailure = failure
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+		r := req(t, "skew.test")
+		p, err := m.Acquire(context.Background(), r)
+		require.NoError(t, err)
+		p.Release(&http.Response{StatusCode: 200}, nil)
+
+		// The estimate puts Redis 10 s behind: a deadline 500 ms away
+		// (before Options.Timeout's 1 s) reaches Redis already past.
+		redisstore.SetClockOffset(s, -10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err = m.Acquire(ctx, r)
+		cancel()
+		var we *throttle.WaitError
+		require.ErrorAs(t, err, &we, "%v: %v", failure, err)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, throttle.ErrStoreUnavailable)
+
+		// Without a deadline of the caller's, the store goes on.
+		p, err = m.Acquire(context.Background(), r)
+		require.NoError(t, err, "%v", failure)
+		p.Release(&http.Response{StatusCode: 200}, nil)
+		require.NotContains(t, logs.String(), "store unavailable", "%v: a caller's deadline taken for a store failure", failure)
+	}
+}
+
+// TestClockEstimateHeals: a store whose estimate of Redis's clock is off
+// (the local clock stepped) has its first admission refused as past its
+// deadline; the next one goes without a deadline and estimates again,
+// so the store does not refuse everything until restarted.
+func TestClockEstimateHeals(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{})
+	one := &throttle.StoreRequest{Scopes: []throttle.StoreScope{{Key: "heal.test", Concurrency: 100, Cost: 1}}}
+	admit := func() error {
+		one.Lease = fmt.Sprint(time.Now().UnixNano())
+		_, err := s.Admit(context.Background(), one)
+		return err
+	}
+	require.NoError(t, admit())
+	redisstore.SetClockOffset(s, -time.Minute)
+	require.ErrorContains(t, admit(), "too late")
+	for range 3 {
+		require.NoError(t, admit())
 	}
 }

@@ -310,6 +310,24 @@ func (s *Store) deadlineArg(ctx context.Context) string {
 	return strconv.FormatInt(dl.UnixMicro()+s.offset.Load(), 10)
 }
 
+// callerLeft reports whether admit.lua refused a call as past its
+// deadline, and that deadline was the caller's (not Options.Timeout's).
+// The deadline is compared in Redis time, estimated to within half a
+// round trip, so Redis can see it pass a little before the caller's own
+// clock does; the caller stopped waiting all the same, and the store did
+// not fail.
+func callerLeft(caller, call context.Context, err error) bool {
+	if !strings.Contains(err.Error(), tooLate) {
+		return false
+	}
+	dl, ok := caller.Deadline()
+	cdl, _ := call.Deadline()
+	return ok && !dl.After(cdl)
+}
+
+// tooLate is admit.lua's refusal of a call past its deadline.
+const tooLate = "too late: the caller stopped waiting"
+
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
 func ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
@@ -327,8 +345,8 @@ func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle
 
 // admit runs admit.lua on scopes; base is the index of scopes[0] in the
 // request, for the answer's Scope.
-func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+func (s *Store) admit(caller context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
+	ctx, cancel := context.WithTimeout(caller, s.opts.Timeout)
 	defer cancel()
 	keys := make([]string, 0, len(scopes))
 	args := make([]any, 0, 6+8*len(scopes))
@@ -341,6 +359,15 @@ func (s *Store) admit(ctx context.Context, lease string, scopes []throttle.Store
 	}
 	c := &call{script: admitScript, keys: keys, args: args, lease: lease, scopes: scopes}
 	if err := s.run(ctx, c); err != nil {
+		if strings.Contains(err.Error(), tooLate) {
+			// Redis's clock disagrees with the estimate (a step of the
+			// local clock does that): the next call goes without a
+			// deadline and its reply estimates again.
+			s.clockKnown.Store(false)
+		}
+		if callerLeft(caller, ctx, err) {
+			return throttle.StoreAnswer{}, &throttle.WaitError{Err: context.DeadlineExceeded}
+		}
 		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
 	}
 	res, err := c.cmd.Slice()
