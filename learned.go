@@ -69,6 +69,9 @@ type learnedRampup struct {
 	Memory     time.Duration `json:"me,omitempty"`
 	Run429     bool          `json:"r4,omitempty"`
 	Climb      float64       `json:"cl,omitempty"`
+	Span       time.Duration `json:"sp,omitempty"`
+	CycleLen   time.Duration `json:"cyl,omitempty"`
+	Proven     float64       `json:"pr,omitempty"`
 	RFirst     int64         `json:"rf,omitempty"`
 	RLast      int64         `json:"rl,omitempty"`
 	ROK        int           `json:"ro,omitempty"`
@@ -124,7 +127,8 @@ func (s *defaultScope) exportLearned() learnedState {
 		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat, Changed: unixNano(r.changed),
 			Settled: r.settled, Paused: r.paused, PausedAt: unixNano(r.pausedAt), NoOutage: r.noOutage, Dead: r.dead,
 			Released: unixNano(r.released), Cycle: unixNano(r.cycle), CycleOK: r.cycleOK, Run: r.run, Dip: r.dip,
-			Stated: r.stated, Memory: r.memory, Run429: r.run429, Climb: r.climb,
+			Stated: r.stated, Memory: r.memory, Run429: r.run429, Climb: r.climb, Span: r.span,
+			CycleLen: r.cycleLen, Proven: r.proven,
 			RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
 			Win: unixNano(r.win), WinSignals: r.winSignals, WinCur: r.winCur, WinProbe: r.winProbe, WinGated: r.winGated,
 			WinGate: r.winGate, GateEnd: unixNano(r.gateEnd),
@@ -156,7 +160,7 @@ func (st *learnedState) check() error {
 		}
 	}
 	if r := st.Ramp; r != nil {
-		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Stated} {
+		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Stated, r.Proven} {
 			if f < 0 || f > rampupMaxRate || math.IsNaN(f) {
 				return bad("rampup rate out of range")
 			}
@@ -200,7 +204,8 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
 			settled: r.Settled, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), noOutage: r.NoOutage, dead: r.Dead,
 			released: fromUnixNano(r.Released), cycle: fromUnixNano(r.Cycle), cycleOK: r.CycleOK, run: min(r.Run, outageRun),
-			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb,
+			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb, span: max(r.Span, 0),
+			cycleLen: max(r.CycleLen, 0), proven: r.Proven,
 			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
 			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winCur: r.WinCur, winProbe: r.WinProbe,
 			winGated: r.WinGated, winGate: max(r.WinGate, 0), gateEnd: fromUnixNano(r.GateEnd), skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}

@@ -165,6 +165,53 @@ func TestRampupQuotaPerMinute(t *testing.T) {
 	assert.LessOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 10.0)
 }
 
+// TestRampupLimiterThatCountsRefusals: 50 requests in any 10 s, refused
+// ones counted too (HAProxy's stick table on http_req_rate). The first
+// cycle, from the first request to the end of the refusals the search's
+// overshoot drew, is longer than the server's memory (the client's own
+// knocking kept it refused), so its estimate is low: rampup judges it in
+// windows of one cycle and climbs from it, and a refusal period after a
+// failed probe settles at the rate a quiet window proved, not at the
+// cycle's average. (It sat at 64-77 % of the limit for minutes.)
+func TestRampupLimiterThatCountsRefusals(t *testing.T) {
+	cfg := DefaultScopeConfig()
+	cfg.Rampup.Enabled = true
+	res := runScope(t, cfg, countingServer(50, 10*time.Second), 10*ms, 16, 10*time.Minute)
+	assert.GreaterOrEqual(t, res.okRate(time.Minute, 2*time.Minute), 0.8*5, "second minute")
+	assert.GreaterOrEqual(t, res.okRate(5*time.Minute, 10*time.Minute), 0.9*5, "minutes 5-10")
+	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
+}
+
+// TestRampupProvenRateOutlivesACycle: a steady rate proven by a quiet
+// window at least as long as the shortest quota cycle is what the next
+// cycle settles at, when the cycle's average is lower.
+func TestRampupProvenRateOutlivesACycle(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.settled, r.cycleLen = 4, 4, true, 10*time.Second
+	r.cycle, r.cycleOK = p.now, 0
+	p.s.refresh()
+	p.now = p.now.Add(time.Second)
+	p.s.rampup.tick(p.now, &p.s.cfg, 16) // the window starts
+	// A quiet minute at 4 req/s proves 4.
+	for range 240 {
+		p.answer(p.now.Add(-10*ms), ok)
+		p.now = p.now.Add(250 * ms)
+	}
+	p.s.rampup.tick(p.now, &p.s.cfg, 16)
+	require.Equal(t, 4.0, r.proven)
+	// A period of nothing but 429s, then a success: the cycle's end, its
+	// average (240 in 60 s plus the refusals) below 4.
+	for range 12 {
+		p.answer(p.now.Add(-10*ms), tooMany)
+		p.now = p.now.Add(500 * ms)
+	}
+	p.answer(p.now.Add(-10*ms), ok)
+	require.True(t, r.settled)
+	assert.InDelta(t, 4*(1-rampupEpsilon), r.good, 1e-9, "settled at the proven rate, less 2 %%")
+	assert.Zero(t, r.proven, "a proof serves one cycle")
+}
+
 // TestRampupOutage: four 5xx in a row with no success and no 429 between
 // are an outage: rampup pauses (the rate is kept, no rate is marked bad)
 // and backoff probes once per OutageProbe; the first success resumes the
@@ -361,6 +408,28 @@ func (q *window) answer(now time.Time) int {
 	}
 	if q.count < q.n {
 		q.count++
+		return 200
+	}
+	return 429
+}
+
+// counting is a limit of n requests in any trailing w, refused ones
+// counted too (HAProxy's stick table on http_req_rate).
+type counting struct {
+	n    int
+	w    time.Duration
+	seen []time.Time
+}
+
+func countingServer(n int, w time.Duration) *counting { return &counting{n: n, w: w} }
+
+func (c *counting) answer(now time.Time) int {
+	i := 0
+	for i < len(c.seen) && !c.seen[i].After(now.Add(-c.w)) {
+		i++
+	}
+	c.seen = append(c.seen[i:], now)
+	if len(c.seen) <= c.n {
 		return 200
 	}
 	return 429

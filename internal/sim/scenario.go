@@ -363,6 +363,10 @@ const (
 	ColdFixed
 	// ColdSliding is a quota in any trailing window (SlidingWindowServer).
 	ColdSliding
+	// ColdCounting is a quota in any trailing window that counts refused
+	// requests too (SlidingWindowServer with CountRefused), as HAProxy's
+	// stick table on http_req_rate does.
+	ColdCounting
 )
 
 // Cold family defaults: a run's length, and the start of its measured
@@ -382,8 +386,8 @@ type ColdCase struct {
 	// (BurstServer: 1 + Burst tokens); ColdBucket only.
 	Limit float64
 	Burst int
-	// Quota is the requests allowed per Window; ColdFixed and ColdSliding
-	// only.
+	// Quota is the requests allowed per Window; ColdFixed, ColdSliding
+	// and ColdCounting only.
 	Quota  int
 	Window time.Duration
 	// Latency is every answer's service time.
@@ -424,6 +428,7 @@ func ColdCases() []ColdCase {
 		}
 	}
 	cs = append(cs, ColdCase{Kind: ColdBucket, Limit: 5, Burst: 0, Latency: 50 * time.Millisecond, Status: 503, References: true})
+	cs = append(cs, ColdCase{Kind: ColdCounting, Quota: 50, Window: 10 * time.Second, Latency: time.Millisecond})
 	for _, ra := range []bool{false, true} {
 		for _, k := range []ColdKind{ColdFixed, ColdSliding} {
 			if ra && k == ColdSliding {
@@ -461,8 +466,11 @@ func (c ColdCase) Name() string {
 			per = "pm"
 		}
 		kind := "fixed"
-		if c.Kind == ColdSliding {
+		switch c.Kind {
+		case ColdSliding:
 			kind = "sliding"
+		case ColdCounting:
+			kind = "counting"
 		}
 		n = fmt.Sprintf("cold-%d%s-%s", c.Quota, per, kind)
 	}
@@ -549,6 +557,8 @@ func ColdScenario(c ColdCase, d time.Duration) Scenario {
 		limit = fmt.Sprintf("quota %d per %v, fixed windows aligned to the %v", c.Quota, c.Window, c.Window)
 	case ColdSliding:
 		limit = fmt.Sprintf("quota %d in any trailing %v (sliding window)", c.Quota, c.Window)
+	case ColdCounting:
+		limit = fmt.Sprintf("%d requests in any trailing %v, refused ones counted (HAProxy's http_req_rate)", c.Quota, c.Window)
 	}
 	ra := "no Retry-After"
 	if c.RetryAfter {
@@ -575,8 +585,9 @@ func ColdScenario(c ColdCase, d time.Duration) Scenario {
 			switch c.Kind {
 			case ColdFixed:
 				return &FixedWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
-			case ColdSliding:
-				return &SlidingWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
+			case ColdSliding, ColdCounting:
+				return &SlidingWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency,
+					CountRefused: c.Kind == ColdCounting}
 			}
 			return &BurstServer{Rate: c.Limit, Burst: c.Burst, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
 		},

@@ -198,15 +198,20 @@ func (s *FixedWindowServer) Handle(now time.Time, host string) Response {
 // SlidingWindowServer is a quota per host of Quota requests in any
 // trailing Window: a request at t is answered 200 when fewer than Quota
 // requests were accepted in (t-Window, t], otherwise Status (0 means 429);
-// refused requests don't count. With RetryAfter, a refusal carries the
-// time until the oldest accepted request of the window leaves it (whole
-// seconds rounded up, at least 1). Every answer takes Latency.
+// refused requests don't count, unless CountRefused. With RetryAfter, a
+// refusal carries the time until the oldest counted request of the window
+// leaves it (whole seconds rounded up, at least 1). Every answer takes
+// Latency.
 type SlidingWindowServer struct {
 	Quota      int
 	Window     time.Duration
 	Status     int
 	RetryAfter bool
 	Latency    time.Duration
+	// CountRefused counts refused requests too, as HAProxy's stick table
+	// on http_req_rate does: a client that keeps knocking above the
+	// limit stays refused.
+	CountRefused bool
 
 	windows map[string]*slidingWindow
 }
@@ -244,6 +249,9 @@ func (s *SlidingWindowServer) Handle(now time.Time, host string) Response {
 	r := Response{Status: limitStatus(s.Status), Latency: s.Latency}
 	if s.RetryAfter {
 		r.RetryAfter = retryAfter(w.accepted[w.head].Add(s.Window).Sub(now))
+	}
+	if s.CountRefused {
+		w.accepted = append(w.accepted, now)
 	}
 	return r
 }
