@@ -37,10 +37,21 @@
 // limit and at most 4 backoff signals per minute, and no transport errors
 // before the crawl's end.
 //
+// # The fleet
+//
+// TestFleetColdStart runs, beside the cases, 4 worker processes (the test
+// binary run again, 4 goroutines each) that share one Redis store
+// (redis-server, started by the test) and crawl one nginx (5 r/s, burst 5,
+// 429 with "Retry-After: 1"), and one process crawling another such nginx
+// alone. The fleet must reach 90 % of the limit no more than 30 s after
+// the lone process, then hold at least 90 % with at most 2 signals per
+// minute, and no worker may send a request inside a Retry-After gate
+// another worker received. Without redis-server it skips, or fails under
+// THROTTLE_REQUIRE_REDIS=1.
+//
 // # Reuse
 //
 // [StartNginx], [StartHAProxy] and [StartHTTPRate] start the servers for
 // any test and stop them when it ends; [Crawl] and [Summarize] run a crawl
-// and compute its figures. A fleet test (several worker processes
-// crawling one nginx) can combine them.
+// and compute its figures.
 package fieldtest
