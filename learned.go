@@ -283,17 +283,7 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 		}
 		if s.cfg.Quota > 0 {
 			out.QuotaWindow = s.cfg.Window
-			for _, u := range fb.Quota {
-				if u.Scope != "" && u.Scope != s.key {
-					continue
-				}
-				if u.HasCost && u.Cost >= 0 {
-					out.QuotaDelta += u.Cost - t.Cost
-				}
-				if u.HasRemaining && u.Remaining >= 0 && u.Remaining <= s.cfg.Quota {
-					out.QuotaFloor = max(out.QuotaFloor, s.cfg.Quota-u.Remaining)
-				}
-			}
+			out.QuotaDelta, out.QuotaFloor = quotaCorrection(s.key, s.cfg.Quota, &t, fb)
 		}
 	}
 	s.learn(now, t, fb)

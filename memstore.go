@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -9,8 +10,8 @@ import (
 
 // MemoryStore is a Store in this process's memory, for managers of one
 // process that must share their limits (one per simulated worker in the
-// simulator, tests), and the reference the redisstore scripts follow: the
-// same checks in the same order.
+// simulator, tests). It admits with the default scope's own rules (the
+// same code), which the redisstore scripts follow.
 //
 // Its leases never expire: the managers that hold them live in the same
 // process. Scopes with no lease, nothing pending and nothing learned for
@@ -26,19 +27,11 @@ type MemoryStore struct {
 }
 
 // memScope is one scope's state in a MemoryStore, as redisstore keeps it
-// in a hash and a sorted set.
+// in a hash.
 type memScope struct {
 	leases map[string]int // lease -> slot
-	// admission state
-	started bool
-	last    time.Time // previous start
-	jitter  float64   // factor drawn at that start
-	slots   []time.Time
-	gate    time.Time
-	qSet    bool
-	qStart  time.Time
-	qSeq    int64
-	qUsed   int64
+	adm    admission
+	jitter float64 // factor drawn at the previous start
 	// learned state
 	version int64
 	data    []byte
@@ -118,93 +111,26 @@ func (st *memScope) effective(sc *StoreScope) (int, time.Duration) {
 	return sc.Concurrency, sc.Delay
 }
 
-// admit is one scope's check, in the order of redisstore's script:
-// concurrency, delay, slot delay, gate, quota; the latest time wins.
-func (st *memScope) admit(now time.Time, sc *StoreScope) (time.Time, Reason) {
+// limits are the admission limits of sc: the shared concurrency and delay
+// (the latter scaled by the jitter factor drawn at the previous start).
+func (st *memScope) limits(sc *StoreScope) limits {
 	conc, delay := st.effective(sc)
-	if len(st.leases) >= conc {
-		return time.Time{}, ReasonConcurrency
-	}
-	at, why := now, ReasonNone
-	later := func(t time.Time, r Reason) {
-		if t.After(at) {
-			at, why = t, r
-		}
-	}
-	if st.started {
-		later(st.last.Add(scaleDuration(delay, st.jitter)), ReasonDelay)
-	}
-	if sc.SlotDelay > 0 {
-		_, free := st.freeSlot(now, conc, sc.SlotDelay)
-		later(free, ReasonSlotDelay)
-	}
-	later(st.gate, ReasonGate)
-	if sc.Quota > 0 {
-		st.rollQuota(now, sc.Window)
-		if st.qSet && st.qUsed > 0 && st.qUsed+sc.Cost > sc.Quota {
-			later(st.qStart.Add(sc.Window), ReasonQuota)
-		}
-	}
-	return at, why
+	return limits{conc: int32(min(conc, math.MaxInt32)), gap: scaleDuration(delay, st.jitter), gapWhy: ReasonDelay}
 }
 
-// freeSlot is defaultScope.freeSlot over the slots the leases don't hold.
-func (st *memScope) freeSlot(now time.Time, conc int, slotDelay time.Duration) (int, time.Time) {
-	best, bestAt := -1, time.Time{}
-	for i, last := range st.slots[:min(len(st.slots), conc)] { // as defaultScope: not the slots above a lowered concurrency
-		if st.slotBusy(i) {
-			continue
-		}
-		if at := last.Add(slotDelay); best < 0 || at.Before(bestAt) {
-			best, bestAt = i, at
-		}
-	}
-	if (best < 0 || bestAt.After(now)) && len(st.slots) < conc {
-		return -1, now
-	}
-	return best, bestAt
+// admit is one scope's check (admission.check).
+func (st *memScope) admit(now time.Time, sc *StoreScope) (time.Time, Reason) {
+	l := st.limits(sc)
+	return st.adm.check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
 }
 
-func (st *memScope) slotBusy(i int) bool {
-	for _, s := range st.leases {
-		if s == i {
-			return true
-		}
-	}
-	return false
-}
-
-func (st *memScope) rollQuota(now time.Time, w time.Duration) {
-	if el := now.Sub(st.qStart); st.qSet && el >= w {
-		n := el / w
-		st.qStart = st.qStart.Add(n * w)
-		st.qSeq += int64(n)
-		st.qUsed = 0
-	}
-}
-
+// start records an admitted start under lease.
 func (st *memScope) start(now time.Time, lease string, sc *StoreScope) StoreTicket {
-	t := StoreTicket{Slot: -1}
-	if sc.SlotDelay > 0 {
-		conc, _ := st.effective(sc)
-		i, _ := st.freeSlot(now, conc, sc.SlotDelay)
-		if i < 0 {
-			st.slots = append(st.slots, time.Time{})
-			i = len(st.slots) - 1
-		}
-		st.slots[i] = now
-		t.Slot = i
-	}
+	l := st.limits(sc)
+	var t StoreTicket
+	t.Slot, t.Window = st.adm.start(now, l.conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
 	st.leases[lease] = t.Slot
-	st.started, st.last, st.jitter = true, now, sc.Jitter
-	if sc.Quota > 0 {
-		if !st.qSet {
-			st.qSet, st.qStart = true, now
-		}
-		st.rollQuota(now, sc.Window)
-		st.qUsed += sc.Cost
-		t.Window = st.qSeq
-	}
+	st.jitter = sc.Jitter
 	return t
 }
 
@@ -223,24 +149,15 @@ func (ms *MemoryStore) Release(ctx context.Context, rel *StoreRelease) (StoreRel
 		}
 		st.touched = now
 		if rel.Lease != "" {
-			if _, ok := st.leases[rel.Lease]; ok {
+			if i, ok := st.leases[rel.Lease]; ok {
 				delete(st.leases, rel.Lease)
+				st.adm.finish(i)
 				ended = append(ended, rs.Key)
 			}
 		}
-		if rs.Gate.After(st.gate) {
-			st.gate = rs.Gate
-		}
-		if st.qSet && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
-			// A correction counts in the window it arrives in; an
-			// actual cost only in its own window.
-			st.rollQuota(now, rs.QuotaWindow)
-			if rs.QuotaDelta != 0 && rs.Ticket.Window == st.qSeq {
-				st.qUsed = max(0, st.qUsed+rs.QuotaDelta)
-			}
-			if rs.QuotaFloor >= 0 {
-				st.qUsed = max(st.qUsed, rs.QuotaFloor)
-			}
+		st.adm.setGate(rs.Gate)
+		if st.adm.quota.set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
+			st.adm.quota.correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
 		}
 		if rs.Learned {
 			// A store that lost its record (version 0) takes the
@@ -288,7 +205,7 @@ func (ms *MemoryStore) Watch(fn func(key string)) (stop func()) {
 func (ms *MemoryStore) sweep(now time.Time) {
 	ms.sweepAt = now.Add(time.Minute)
 	for k, st := range ms.scopes {
-		if len(st.leases) == 0 && now.Sub(st.touched) >= memStoreIdle && !now.Before(st.gate) {
+		if len(st.leases) == 0 && now.Sub(st.touched) >= memStoreIdle && !now.Before(st.adm.gate) {
 			delete(ms.scopes, k)
 		}
 	}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -145,27 +146,19 @@ type defaultScope struct {
 	log       *slog.Logger
 	globalCap int
 
-	// admission state
-	inFlight  int
-	slots     []slot    // only when SlotDelay > 0; grows to the peak in use
-	lastStart time.Time // the previous start in the scope
-	jitter    float64   // factor drawn at the previous start
-	gate      time.Time // no start before this (server-given wait)
-	quota     quotaWindow
+	adm    admission
+	jitter float64 // factor drawn at the previous start
 
-	// effective values, recomputed by refresh when a part changes
+	// effective values, recomputed by refresh when a part changes: the
+	// delay, and the limits admission reads (the concurrency, the gap
+	// after the previous start, the rule that set the delay)
 	effDelay time.Duration
-	effWhy   Reason
-	// started says a request has started. It sits by effWhy: at 760
-	// bytes, with malloc's 8-byte header for objects over 512 bytes, the
-	// struct fits the 768-byte size class; 8 more bytes of padding would
-	// put every scope in the 896-byte one.
-	started    bool
-	lastSignal bool // the last response learned from was a backoff signal
-	// backoffJitter says the previous start drew its jitter from
-	// Backoff.Jitter (see gap); it shares started's padding word.
+	lim      limits
+	// lastSignal says the last response learned from was a backoff
+	// signal; backoffJitter that the previous start drew its jitter from
+	// Backoff.Jitter (see gap).
+	lastSignal    bool
 	backoffJitter bool
-	effConc       int
 
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
@@ -174,12 +167,6 @@ type defaultScope struct {
 	rampup  *rampup // nil while rampup is off: most scopes never use it
 
 	shared *sharedRecord // with a Store: the learned state it holds; nil without
-}
-
-// slot is one of a scope's Concurrency places, tracked for SlotDelay.
-type slot struct {
-	busy bool
-	last time.Time // previous start in this slot
 }
 
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
@@ -229,8 +216,9 @@ func (s *defaultScope) tick(now time.Time) {
 // refresh recomputes the effective delay and concurrency after a change,
 // so the hot path reads them instead of combining the parts each time.
 func (s *defaultScope) refresh() {
-	s.effDelay, s.effWhy = s.combineDelay()
-	s.effConc = s.combineConcurrency()
+	s.effDelay, s.lim.gapWhy = s.combineDelay()
+	s.lim.conc = int32(min(s.combineConcurrency(), math.MaxInt32))
+	s.lim.gap = s.gap(s.effDelay)
 }
 
 // baseDelay is the delay before robots.txt, AutoThrottle and backoff.
@@ -242,10 +230,10 @@ func (s *defaultScope) baseDelay() time.Duration {
 }
 
 // delay returns the delay between starts now, and which part set it.
-func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.effWhy }
+func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.lim.gapWhy }
 
 // concurrency returns how many permits the scope admits at once now.
-func (s *defaultScope) concurrency() int { return s.effConc }
+func (s *defaultScope) concurrency() int { return int(s.lim.conc) }
 
 func (s *defaultScope) combineDelay() (time.Duration, Reason) {
 	d, why := s.ownDelay()
@@ -309,35 +297,7 @@ func (s *defaultScope) combineConcurrency() int {
 // Admit implements ScopeManager.
 func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	s.tick(now)
-	if s.inFlight >= s.concurrency() {
-		return Admission{Reason: ReasonConcurrency}
-	}
-	at, why := now, ReasonNone
-	later := func(t time.Time, r Reason) {
-		if t.After(at) {
-			at, why = t, r
-		}
-	}
-	if s.started {
-		d, r := s.delay()
-		next := s.lastStart
-		if d = s.gap(d); d != 0 {
-			next = next.Add(d) // Add(0) changes nothing but costs ~70 instructions
-		}
-		later(next, r)
-	}
-	if s.cfg.SlotDelay > 0 {
-		_, free := s.freeSlot(now)
-		later(free, ReasonSlotDelay)
-	}
-	if !s.gate.IsZero() { // no server-given wait yet: spare the comparison
-		later(s.gate, ReasonGate)
-	}
-	if s.cfg.Quota > 0 {
-		if t, ok := s.quota.admit(now, &s.cfg, cost); !ok {
-			later(t, ReasonQuota)
-		}
-	}
+	at, why := s.adm.check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	if why == ReasonNone {
 		return Admission{}
 	}
@@ -350,29 +310,8 @@ func (s *defaultScope) quotaLeft(now time.Time) (int64, bool) {
 	if s.cfg.Quota <= 0 {
 		return 0, false
 	}
-	s.quota.roll(now, s.cfg.Window)
-	return s.cfg.Quota - s.quota.used, true
-}
-
-// freeSlot returns the free slot that can start soonest and when: a used
-// slot whose SlotDelay has passed, else a slot never used (-1), which can
-// start at once, else the used slot that frees first. Only the first
-// concurrency() slots count: when the concurrency drops (SetConfig,
-// backoff, rampup), the slots above it are not used again, so their
-// SlotDelay does not pace the scope as if it still had them.
-func (s *defaultScope) freeSlot(now time.Time) (int, time.Time) {
-	best, bestAt := -1, time.Time{}
-	for i := range min(len(s.slots), s.concurrency()) {
-		if sl := &s.slots[i]; !sl.busy {
-			if at := sl.last.Add(s.cfg.SlotDelay); best < 0 || at.Before(bestAt) {
-				best, bestAt = i, at
-			}
-		}
-	}
-	if (best < 0 || bestAt.After(now)) && len(s.slots) < s.concurrency() {
-		return -1, now
-	}
-	return best, bestAt
+	s.adm.quota.roll(now, s.cfg.Window)
+	return s.cfg.Quota - s.adm.quota.used, true
 }
 
 // Start implements ScopeManager.
@@ -388,24 +327,11 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 // wide loads of the narrow stores just made, which stall (no store
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
-	s.inFlight++
-	t.Slot, t.Cost, t.Window, t.Start = -1, cost, 0, now
-	if s.cfg.SlotDelay > 0 {
-		i, _ := s.freeSlot(now)
-		if i < 0 {
-			s.slots = append(s.slots, slot{})
-			i = len(s.slots) - 1
-		}
-		s.slots[i] = slot{busy: true, last: now}
-		t.Slot = i
-	}
-	s.started, s.lastStart = true, now
+	t.Slot, t.Window = s.adm.start(now, s.lim.conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
-	_, why := s.delay()
-	s.backoffJitter = why == ReasonBackoff // drawJitter took Backoff.Jitter
-	if s.cfg.Quota > 0 {
-		t.Window = s.quota.add(now, &s.cfg, cost)
-	}
+	s.backoffJitter = s.lim.gapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
+	s.lim.gap = s.gap(s.effDelay)
 }
 
 // drawJitter draws the factor applied to the delay that follows a start.
@@ -431,15 +357,10 @@ func (s *defaultScope) drawJitter() float64 {
 // Finish implements ScopeManager.
 func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 	s.tick(now)
-	if s.inFlight > 0 {
-		s.inFlight--
-	}
-	if t.Slot >= 0 && t.Slot < len(s.slots) {
-		s.slots[t.Slot].busy = false
-	}
+	s.adm.finish(t.Slot)
 	if s.cfg.Quota > 0 {
-		s.quota.roll(now, s.cfg.Window) // a correction counts in the window it arrives in
-		s.quota.correct(s.key, &s.cfg, t, fb)
+		delta, floor := quotaCorrection(s.key, s.cfg.Quota, &t, fb)
+		s.adm.quota.correct(now, s.cfg.Window, t.Window, delta, floor)
 	}
 	s.learn(now, t, fb)
 }
@@ -502,16 +423,17 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		s.refresh()
 	}
 	nd, why := s.delay()
-	if why == ReasonBackoff && !s.backoffJitter && s.started {
+	if why == ReasonBackoff && !s.backoffJitter && s.adm.started {
 		// The wait after the previous start now follows the backoff
 		// delay: draw its factor from Backoff.Jitter, as every start in
 		// backoff does. The factor drawn at that start came from Jitter
 		// (±50 %), which put the first wait of a 300 s backoff anywhere
 		// from 150 s to 450 s, past MaxDelay.
 		s.jitter, s.backoffJitter = s.drawJitter(), true
+		s.lim.gap = s.gap(nd)
 	}
 	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.inFlight,
+		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.adm.inFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", signal)
@@ -541,20 +463,16 @@ func (s *defaultScope) gateFor(now time.Time, fb *Feedback) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func (s *defaultScope) setGate(t time.Time) {
-	if t.After(s.gate) {
-		s.gate = t
-	}
-}
+func (s *defaultScope) setGate(t time.Time) { s.adm.setGate(t) }
 
 // Idle implements ScopeManager.
 func (s *defaultScope) Idle(now time.Time) Idleness {
 	s.tick(now)
-	if s.inFlight > 0 || now.Before(s.gate) || s.quota.pending(now, &s.cfg) {
+	if s.adm.inFlight > 0 || now.Before(s.adm.gate) || s.adm.quota.pending(now, s.cfg.Window) {
 		return Busy
 	}
-	if s.started {
-		if d, _ := s.delay(); now.Before(s.lastStart.Add(s.gap(d))) {
+	if s.adm.started {
+		if now.Before(s.adm.lastStart.Add(s.lim.gap)) {
 			return Busy
 		}
 	}
@@ -580,66 +498,3 @@ func scaleDuration(d time.Duration, f float64) time.Duration {
 }
 
 const maxDuration = time.Duration(1<<63 - 1)
-
-// quotaWindow counts the cost admitted in the current quota window. The
-// first window starts at the scope's first start; later ones follow it back
-// to back, Window long each, so boundaries are exact whatever the clock's
-// origin.
-type quotaWindow struct {
-	set   bool
-	start time.Time
-	seq   int64 // which window; tickets carry it so stale corrections are dropped
-	used  int64
-}
-
-func (q *quotaWindow) roll(now time.Time, w time.Duration) {
-	if el := now.Sub(q.start); q.set && el >= w {
-		n := el / w
-		q.start = q.start.Add(n * w)
-		q.seq += int64(n)
-		q.used = 0
-	}
-}
-
-// admit reports whether cost fits the window at now, or when it ends. A
-// request larger than the whole quota is admitted into an empty window, so
-// it is never starved.
-func (q *quotaWindow) admit(now time.Time, cfg *ScopeConfig, cost int64) (time.Time, bool) {
-	q.roll(now, cfg.Window)
-	if !q.set || q.used <= 0 || q.used+cost <= cfg.Quota {
-		return time.Time{}, true
-	}
-	return q.start.Add(cfg.Window), false
-}
-
-// add counts cost at a start and returns the window it was counted in.
-func (q *quotaWindow) add(now time.Time, cfg *ScopeConfig, cost int64) int64 {
-	if !q.set {
-		q.set, q.start = true, now
-	}
-	q.roll(now, cfg.Window)
-	q.used += cost
-	return q.seq
-}
-
-// correct applies the quota corrections of fb that name this scope: an
-// actual cost replaces the admitted one if the window is still the same;
-// the server's remaining count raises the window's count to match.
-func (q *quotaWindow) correct(key string, cfg *ScopeConfig, t Ticket, fb *Feedback) {
-	for _, u := range fb.Quota {
-		if u.Scope != "" && u.Scope != key {
-			continue
-		}
-		if u.HasCost && u.Cost >= 0 && t.Window == q.seq {
-			q.used = max(0, q.used+u.Cost-t.Cost)
-		}
-		if u.HasRemaining && u.Remaining >= 0 && u.Remaining <= cfg.Quota {
-			q.used = max(q.used, cfg.Quota-u.Remaining)
-		}
-	}
-}
-
-// pending reports whether the window still counts something at now.
-func (q *quotaWindow) pending(now time.Time, cfg *ScopeConfig) bool {
-	return q.set && q.used > 0 && now.Before(q.start.Add(cfg.Window))
-}

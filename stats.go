@@ -188,5 +188,5 @@ func (s *defaultScope) fillStats(ss *ScopeStats) {
 	if s.cfg.Rampup.Enabled {
 		ss.RampupRate = s.rampup.current(&s.cfg)
 	}
-	ss.Gate = s.gate
+	ss.Gate = s.adm.gate
 }

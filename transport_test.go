@@ -36,7 +36,7 @@ func (m *ThrottlingManager) inFlight(t testing.TB, key string) int {
 	s := m.mustScope(t, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.mgr.(*defaultScope).inFlight
+	return int(s.mgr.(*defaultScope).adm.inFlight)
 }
 
 func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
