@@ -30,6 +30,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/robots"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -379,7 +380,7 @@ func TestHostileRateLimitHeaders(t *testing.T) {
 
 // TestHostileRobotsHuge: a server streams a 100 MB robots.txt (a
 // Crawl-delay in its first lines, a Disallow after 1 MB). The fetch reads
-// at most MaxRobotsSize of it and closes the connection; the first 500 KiB
+// at most robots.MaxSize of it and closes the connection; the first 500 KiB
 // count and the host is throttled by their Crawl-delay.
 func TestHostileRobotsHuge(t *testing.T) {
 	const size = 100 << 20
@@ -423,10 +424,10 @@ func TestHostileRobotsHuge(t *testing.T) {
 		r, err := m.RobotsFor(context.Background(), get(t, "http://huge.test/"))
 		require.NoError(t, err)
 		d, why, conc := m.scopeDelay(t, "huge.test")
-		t.Logf("robots.txt of %d MB: the server wrote %d B of it, the client read %d B off the wire in all (MaxRobotsSize %d); Crawl-delay %v (%v, concurrency %d); pages started at %v",
-			size>>20, body.Load(), wire, MaxRobotsSize, d, why, conc, starts)
-		assert.LessOrEqual(t, body.Load(), int64(MaxRobotsSize+64<<10), "the server could write little past the cap")
-		assert.LessOrEqual(t, wire, int64(MaxRobotsSize+64<<10), "read at most the cap and a buffer")
+		t.Logf("robots.txt of %d MB: the server wrote %d B of it, the client read %d B off the wire in all (robots.MaxSize %d); Crawl-delay %v (%v, concurrency %d); pages started at %v",
+			size>>20, body.Load(), wire, robots.MaxSize, d, why, conc, starts)
+		assert.LessOrEqual(t, body.Load(), int64(robots.MaxSize+64<<10), "the server could write little past the cap")
+		assert.LessOrEqual(t, wire, int64(robots.MaxSize+64<<10), "read at most the cap and a buffer")
 		assert.Equal(t, 2*time.Second, d, "the Crawl-delay in the first 500 KiB counts")
 		assert.Equal(t, ReasonRobots, why)
 		assert.Equal(t, 1, conc)
@@ -501,36 +502,6 @@ func TestHostileRobotsNeverEnds(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestHostileLinkFarmRobots: TestMemoryLinkFarm (memory_test.go) shows a
-// million hosts held to MaxScopes in scopes. With robots.txt on, each
-// origin also has an entry in the robots.txt cache, which is bounded by
-// Robots.MaxOrigins (100,000), not by MaxScopes, and a farm's robots.txt
-// can be MaxRobotsSize of the shortest rules. This measures what one such
-// file keeps on the heap once parsed, and so the cache's worst case.
-func TestHostileLinkFarmRobots(t *testing.T) {
-	worst := 0.0
-	for _, line := range []string{"Allow:/\n", "Disallow:/a\n", "Disallow: /" + strings.Repeat("x", 100) + "\n"} {
-		b := []byte("User-agent: *\n" + strings.Repeat(line, MaxRobotsSize/len(line)+1))
-		const files = 4
-		before := liveHeap()
-		rs := make([]*Robots, files)
-		for i := range rs {
-			rs[i] = ParseRobotsBytes(b)
-		}
-		per := float64(int64(liveHeap())-int64(before)) / files
-		runtime.KeepAlive(rs)
-		rules := len(rs[0].groups[0].rules)
-		t.Logf("robots.txt of %d B of %q: %d rules, %.0f B of live heap per parsed file (%.1f B per rule)",
-			len(b), line, rules, per, per/float64(rules))
-		worst = max(worst, per)
-	}
-	origins := DefaultRobotsConfig().MaxOrigins
-	t.Logf("without a byte budget the robots.txt cache could reach %d origins (Robots.MaxOrigins) x %.1f MB = %.0f GB; "+
-		"Robots.MaxBytes (default %d MiB) bounds it: TestHostileLinkFarmRobotsBudget",
-		origins, worst/1e6, float64(origins)*worst/1e9, DefaultRobotsConfig().MaxBytes>>20)
-	assert.LessOrEqual(t, worst, float64(4<<20), "a parsed robots.txt keeps at most 4 MiB")
 }
 
 // TestHostileBodyNeverEnds: through the Transport, a server sends its
@@ -636,7 +607,7 @@ func TestHostileBodyNeverEnds(t *testing.T) {
 // oldest origins dropped first, whatever MaxOrigins allows.
 func TestHostileLinkFarmRobotsBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		body := "User-agent: *\nCrawl-delay: 1\n" + strings.Repeat("Disallow: /"+strings.Repeat("x", 40)+"\n", MaxRobotsSize/52)
+		body := "User-agent: *\nCrawl-delay: 1\n" + strings.Repeat("Disallow: /"+strings.Repeat("x", 40)+"\n", robots.MaxSize/52)
 		srv := newPipeServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/robots.txt" {
 				io.WriteString(w, body)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/crawlerkit/throttle/robots"
 )
 
 // RobotsConfig configures how the manager fetches robots.txt and applies
@@ -119,13 +121,13 @@ type robotsCache struct {
 }
 
 type robotsEntry struct {
-	done     chan struct{} // closed when the fetch in progress ends
-	ready    bool          // a fetch has ended
-	robots   *Robots       // nil: no rules
+	done     chan struct{}  // closed when the fetch in progress ends
+	ready    bool           // a fetch has ended
+	robots   *robots.Robots // nil: no rules
 	expires  time.Time
 	failures int // fetches failed since the last success (5xx, network errors)
 	added    time.Time
-	size     int64 // robots.heapSize(), counted in robotsCache.bytes
+	size     int64 // the rules' HeapSize, counted in robotsCache.bytes
 }
 
 func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
@@ -257,7 +259,7 @@ func (r *robotsRun) leave() {
 func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry, rt *Transport) *robotsRun {
 	f := robotsFetch{key: key, e: e, rt: rt, ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
 	if f.agent == "" {
-		f.agent = ProductToken(req.UserAgent())
+		f.agent = robots.ProductToken(req.UserAgent())
 	}
 	host, err := RequestHost(req)
 	f.host, f.hasHost = host, err == nil
@@ -285,14 +287,14 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 				c.m.log.Error("throttle: robots.txt fetch panicked", "origin", key.String(), "panic", pv, "stack", string(debug.Stack()))
 			}
 		}()
-		robots, ok, err := c.get(fctx, &f)
-		robots, failures := c.record(&f, robots, ok)
+		rules, ok, err := c.get(fctx, &f)
+		rules, failures := c.record(&f, rules, ok)
 		recorded = true
 		if err != nil {
 			c.m.log.Debug("throttle: robots.txt fetch failed", "origin", key.String(), "error", err, "failures", failures)
 		}
 		if f.hasHost {
-			d, has := robots.Delay(f.agent)
+			d, has := rules.Delay(f.agent)
 			if !has {
 				d = 0
 			}
@@ -320,16 +322,16 @@ type robotsFetch struct {
 // record records the outcome of f and returns the rules to apply (the ones
 // fetched, or on a failure those fetched before, if any) and the failures
 // since the last success.
-func (c *robotsCache) record(f *robotsFetch, robots *Robots, ok bool) (*Robots, int) {
+func (c *robotsCache) record(f *robotsFetch, rules *robots.Robots, ok bool) (*robots.Robots, int) {
 	now := c.m.clock.Now()
 	e := f.e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ok {
-		e.robots, e.failures = robots, 0
+		e.robots, e.failures = rules, 0
 		e.expires = now.Add(c.cfg.TTL)
 		c.bytes -= e.size
-		e.size = robots.heapSize()
+		e.size = rules.HeapSize()
 		c.bytes += e.size
 		c.trimLocked(f.key)
 	} else {
@@ -351,7 +353,7 @@ func (c *robotsCache) end(e *robotsEntry) {
 // get fetches and parses f's robots.txt with ctx. ok=false means a
 // failure to retry later; a 4xx or a redirect loop is ok with no rules
 // (nil).
-func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*Robots, bool, error) {
+func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.FetchTimeout)
 	defer cancel()
 	rq, err := http.NewRequestWithContext(ctx, http.MethodGet, f.key.String()+"/robots.txt", nil)
@@ -375,7 +377,7 @@ func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*Robots, bool, e
 	defer resp.Body.Close() // unread bytes past the cap are never read
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		r, err := ParseRobots(resp.Body)
+		r, err := robots.Parse(resp.Body)
 		if err != nil {
 			return nil, false, err
 		}
@@ -516,14 +518,14 @@ func (c *robotsCache) evictLocked(now time.Time) {
 // RobotsFor returns the robots.txt of req's origin, fetching it first if
 // it isn't cached (waiting at most Robots.FetchTimeout), so a crawler can
 // check Allowed before it queues a URL, and TryAcquire users can fetch it
-// when they first meet a host. A nil *Robots allows everything: no
+// when they first meet a host. A nil *robots.Robots allows everything: no
 // robots.txt (4xx). One that could not be fetched (5xx, network error, a
 // timeout) and has no earlier copy disallows everything, as RFC 9309
 // requires, until a fetch succeeds (retried after a minute, then doubling).
 // It returns an error when robots.txt handling is off or req has no URL,
 // and one wrapping ctx.Err() when ctx ends before the fetch does (the
 // fetch goes on for the other callers).
-func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*Robots, error) {
+func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*robots.Robots, error) {
 	if m.robots == nil {
 		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")
 	}
@@ -554,4 +556,4 @@ func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*
 }
 
 // disallowAll is the answer for an origin whose robots.txt is unreachable.
-var disallowAll = ParseRobotsBytes([]byte("User-agent: *\nDisallow: /\n"))
+var disallowAll = robots.ParseBytes([]byte("User-agent: *\nDisallow: /\n"))

@@ -1,4 +1,4 @@
-package throttle
+package robots
 
 import (
 	"bytes"
@@ -13,9 +13,10 @@ import (
 	"unsafe"
 )
 
-// MaxRobotsSize is how much of a robots.txt is read: 500 KiB (RFC 9309 says
-// parsers must read at least 500 KiB).
-const MaxRobotsSize = 500 << 10
+// MaxSize is how much of a robots.txt is read: 500 KiB (RFC 9309 says
+// parsers must read at least 500 KiB). Parse reads no more than this and
+// ParseBytes looks at no more than this; what lies beyond is ignored.
+const MaxSize = 500 << 10
 
 const (
 	// maxRules caps the number of allow/disallow rules kept from one file.
@@ -29,18 +30,24 @@ const (
 	maxDelaySeconds = 1e6
 )
 
-// Robots is a parsed robots.txt. The zero value and nil allow everything and
-// have no delays. A Robots is never modified after parsing, so it is safe for
-// concurrent reads.
+// Robots is a parsed robots.txt: its user-agent groups with their Allow and
+// Disallow rules, Crawl-delay and Request-rate. Make one with Parse or
+// ParseBytes.
+//
+// The zero value and a nil *Robots are valid: they allow everything and
+// have no delays, as a site without a robots.txt does. A Robots is never
+// modified after parsing, so it is safe for concurrent use by any number
+// of goroutines.
 type Robots struct {
 	groups  []group
 	byAgent map[string][]int // lower-cased product token -> group indices
 	star    []int            // indices of the groups listing "*"
 }
 
-// heapSize estimates the bytes r keeps alive, for the cache's budget:
-// each rule's struct and pattern, each group, each agent key.
-func (r *Robots) heapSize() int64 {
+// HeapSize estimates the bytes of heap r keeps alive: each rule and its
+// pattern, each group, each user-agent name. A cache of parsed files can
+// bound its memory by the sum. It is 0 for a nil *Robots.
+func (r *Robots) HeapSize() int64 {
 	if r == nil {
 		return 0
 	}
@@ -76,26 +83,27 @@ type rule struct {
 	allow    bool
 }
 
-// ParseRobots reads at most MaxRobotsSize bytes from r and parses them. It
-// never reads more than that, so an endless or very large body is fine. It
-// returns an error only when reading fails (a read error other than io.EOF);
-// malformed lines are skipped individually, never the whole file. On error
-// the returned *Robots is nil (which allows everything).
-func ParseRobots(r io.Reader) (*Robots, error) {
-	b, err := io.ReadAll(io.LimitReader(r, MaxRobotsSize))
+// Parse reads at most MaxSize bytes from r and parses them as ParseBytes
+// does. It never reads more than that, so an endless or very large body is
+// fine. It returns an error only when reading fails (a read error other
+// than io.EOF); malformed lines are skipped individually, never the whole
+// file. On error the returned *Robots is nil (which allows everything).
+func Parse(r io.Reader) (*Robots, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxSize))
 	if err != nil {
-		return nil, fmt.Errorf("throttle: reading robots.txt: %w", err)
+		return nil, fmt.Errorf("robots: reading robots.txt: %w", err)
 	}
-	return ParseRobotsBytes(b), nil
+	return ParseBytes(b), nil
 }
 
-// ParseRobotsBytes parses b; only the first MaxRobotsSize bytes are
-// considered. When the input fills the whole MaxRobotsSize window, its last
-// line is dropped unless it is terminated, because it may have been cut in
-// the middle.
-func ParseRobotsBytes(b []byte) *Robots {
-	if len(b) >= MaxRobotsSize {
-		b = b[:MaxRobotsSize]
+// ParseBytes parses b; only the first MaxSize bytes are considered. When
+// the input fills the whole MaxSize window, its last line is dropped unless
+// it is terminated, because it may have been cut in the middle. It never
+// fails: malformed lines are skipped individually, and an empty b gives a
+// Robots that allows everything.
+func ParseBytes(b []byte) *Robots {
+	if len(b) >= MaxSize {
+		b = b[:MaxSize]
 		if i := bytes.LastIndexAny(b, "\r\n"); i >= 0 {
 			b = b[:i+1]
 		} else {
@@ -123,7 +131,7 @@ func ParseRobotsBytes(b []byte) *Robots {
 	return p.r
 }
 
-// parser holds the state of one ParseRobotsBytes call.
+// parser holds the state of one ParseBytes call.
 type parser struct {
 	r        *Robots
 	cur      int  // index of the current group, -1 before any user-agent line

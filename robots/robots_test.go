@@ -1,4 +1,4 @@
-package throttle
+package robots
 
 import (
 	"bytes"
@@ -67,7 +67,7 @@ EOF
 `
 
 func TestRFC9309SimpleExample(t *testing.T) {
-	r := ParseRobotsBytes([]byte(rfcSimpleExample))
+	r := ParseBytes([]byte(rfcSimpleExample))
 	runChecks(t, r, []check{
 		// "*" group.
 		{"otherbot", "/", true},
@@ -97,7 +97,7 @@ func TestRFC9309SimpleExample(t *testing.T) {
 
 // RFC 9309, section 2.1 and 2.2.1.
 func TestRFC9309Groups(t *testing.T) {
-	r := ParseRobotsBytes([]byte(`user-agent: a
+	r := ParseBytes([]byte(`user-agent: a
 disallow: /c
 
 user-agent: b
@@ -118,7 +118,7 @@ user-agent: h
 	})
 
 	// Groups for the same agent are merged.
-	r = ParseRobotsBytes([]byte(`user-agent: ExampleBot
+	r = ParseBytes([]byte(`user-agent: ExampleBot
 disallow: /foo
 disallow: /bar
 
@@ -183,7 +183,7 @@ func TestSpecialCharacters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern+" "+tt.path, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: *\nDisallow: " + tt.pattern + "\n"))
+			r := ParseBytes([]byte("User-agent: *\nDisallow: " + tt.pattern + "\n"))
 			assert.Equal(t, !tt.match, r.Allowed("bot", tt.path))
 		})
 	}
@@ -221,7 +221,7 @@ func TestPercentEncoding(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern+" "+tt.path, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: *\nDisallow: " + tt.pattern + "\n"))
+			r := ParseBytes([]byte("User-agent: *\nDisallow: " + tt.pattern + "\n"))
 			assert.Equal(t, !tt.match, r.Allowed("bot", tt.path))
 		})
 	}
@@ -265,18 +265,18 @@ func TestLongestMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: *\n" + tt.robots + "\n"))
+			r := ParseBytes([]byte("User-agent: *\n" + tt.robots + "\n"))
 			runChecks(t, r, tt.checks)
 		})
 	}
 
 	// Tie across merged groups.
-	r := ParseRobotsBytes([]byte("User-agent: bot\nDisallow: /a\n\nUser-agent: x\nAllow: /b\nUser-agent: bot\nAllow: /a\n"))
+	r := ParseBytes([]byte("User-agent: bot\nDisallow: /a\n\nUser-agent: x\nAllow: /b\nUser-agent: bot\nAllow: /a\n"))
 	assert.True(t, r.Allowed("bot", "/a"))
 }
 
 func TestAgentMatching(t *testing.T) {
-	r := ParseRobotsBytes([]byte(`User-agent: MyBot
+	r := ParseBytes([]byte(`User-agent: MyBot
 Disallow: /private
 
 User-agent: FooBot/1.0
@@ -305,7 +305,7 @@ Disallow: /star
 }
 
 func TestGroupedAgents(t *testing.T) {
-	r := ParseRobotsBytes([]byte(`User-agent: a
+	r := ParseBytes([]byte(`User-agent: a
 # comment between agent lines
 User-agent: b
 
@@ -330,14 +330,14 @@ Disallow: /z
 }
 
 func TestFallbacks(t *testing.T) {
-	r := ParseRobotsBytes([]byte("User-agent: a\nDisallow: /\n"))
+	r := ParseBytes([]byte("User-agent: a\nDisallow: /\n"))
 	runChecks(t, r, []check{
 		{"a", "/x", false},
 		{"b", "/x", true}, // no matching group and no "*" group
 		{"", "/x", true},
 	})
 
-	for _, r := range []*Robots{nil, {}, ParseRobotsBytes(nil), ParseRobotsBytes([]byte("\n\n# only comments\n"))} {
+	for _, r := range []*Robots{nil, {}, ParseBytes(nil), ParseBytes([]byte("\n\n# only comments\n"))} {
 		assert.True(t, r.Allowed("bot", "/"))
 		assert.True(t, r.Allowed("", "/x"))
 		_, ok := r.CrawlDelay("bot")
@@ -379,13 +379,13 @@ func TestSyntax(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			runChecks(t, ParseRobotsBytes([]byte(tt.robots)), tt.checks)
+			runChecks(t, ParseBytes([]byte(tt.robots)), tt.checks)
 		})
 	}
 }
 
 func TestPathNormalisation(t *testing.T) {
-	r := ParseRobotsBytes([]byte("User-agent: *\nDisallow: /$\nDisallow: /a$\n"))
+	r := ParseBytes([]byte("User-agent: *\nDisallow: /$\nDisallow: /a$\n"))
 	runChecks(t, r, []check{
 		{"", "", false},     // empty path is "/"
 		{"", "a", false},    // a missing '/' is added
@@ -394,7 +394,7 @@ func TestPathNormalisation(t *testing.T) {
 	})
 
 	// Long paths are truncated, not rejected.
-	r = ParseRobotsBytes([]byte("User-agent: *\nDisallow: /a*b\n"))
+	r = ParseBytes([]byte("User-agent: *\nDisallow: /a*b\n"))
 	long := "/a" + strings.Repeat("x", 1<<20) + "b"
 	assert.True(t, r.Allowed("", long))
 	assert.False(t, r.Allowed("", "/a"+strings.Repeat("x", maxPathLen-10)+"b"))
@@ -436,7 +436,7 @@ func TestCrawlDelay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: *\nCrawl-delay: " + tt.value + "\n"))
+			r := ParseBytes([]byte("User-agent: *\nCrawl-delay: " + tt.value + "\n"))
 			d, ok := r.CrawlDelay("bot/1.0")
 			assert.Equal(t, tt.ok, ok)
 			assert.Equal(t, tt.want, d)
@@ -444,7 +444,7 @@ func TestCrawlDelay(t *testing.T) {
 	}
 
 	// Several applicable values: the largest wins, within and across groups.
-	r := ParseRobotsBytes([]byte(`User-agent: bot
+	r := ParseBytes([]byte(`User-agent: bot
 Crawl-delay: 2
 Crawl-delay: 1
 Crawl-delay: junk
@@ -509,7 +509,7 @@ func TestRequestRate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: *\nRequest-rate: " + tt.value + "\n"))
+			r := ParseBytes([]byte("User-agent: *\nRequest-rate: " + tt.value + "\n"))
 			d, ok := r.RequestRate("bot")
 			assert.Equal(t, tt.ok, ok)
 			assert.Equal(t, tt.want, d)
@@ -532,7 +532,7 @@ func TestDelay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := ParseRobotsBytes([]byte("User-agent: bot\n" + tt.robots + "\n"))
+			r := ParseBytes([]byte("User-agent: bot\n" + tt.robots + "\n"))
 			d, ok := r.Delay("bot")
 			assert.Equal(t, tt.ok, ok)
 			assert.Equal(t, tt.want, d)
@@ -540,13 +540,13 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-// bigRobots returns a robots.txt longer than MaxRobotsSize with "Disallow:
+// bigRobots returns a robots.txt longer than MaxSize with "Disallow:
 // /before" near the start and "Disallow: /after" beyond the cut.
 func bigRobots() []byte {
 	var b bytes.Buffer
 	b.WriteString("User-agent: *\nDisallow: /before\n")
 	line := "# " + strings.Repeat("padding ", 12) + "\n"
-	for b.Len() < MaxRobotsSize+1000 {
+	for b.Len() < MaxSize+1000 {
 		b.WriteString(line)
 	}
 	b.WriteString("Disallow: /after\n")
@@ -555,11 +555,11 @@ func bigRobots() []byte {
 
 func TestMaxRobotsSize(t *testing.T) {
 	body := bigRobots()
-	require.Greater(t, len(body), MaxRobotsSize)
+	require.Greater(t, len(body), MaxSize)
 
-	fromReader, err := ParseRobots(bytes.NewReader(body))
+	fromReader, err := Parse(bytes.NewReader(body))
 	require.NoError(t, err)
-	for _, r := range []*Robots{fromReader, ParseRobotsBytes(body)} {
+	for _, r := range []*Robots{fromReader, ParseBytes(body)} {
 		assert.False(t, r.Allowed("bot", "/before"))
 		assert.True(t, r.Allowed("bot", "/after"))
 	}
@@ -567,18 +567,18 @@ func TestMaxRobotsSize(t *testing.T) {
 	// A rule line that ends exactly at the limit is seen.
 	prefix := "User-agent: *\n"
 	rule := "Disallow: /last\n"
-	pad := MaxRobotsSize - len(prefix) - len(rule)
+	pad := MaxSize - len(prefix) - len(rule)
 	body = []byte(prefix + strings.Repeat("#", pad-1) + "\n" + rule + "Disallow: /after\n")
-	assert.False(t, ParseRobotsBytes(body).Allowed("bot", "/last"))
-	assert.True(t, ParseRobotsBytes(body).Allowed("bot", "/after"))
+	assert.False(t, ParseBytes(body).Allowed("bot", "/last"))
+	assert.True(t, ParseBytes(body).Allowed("bot", "/after"))
 
 	// A line cut by the limit is dropped rather than parsed truncated:
 	// "Disallow: /abc" cut to "Disallow: /" must not block everything.
-	body = []byte(prefix + strings.Repeat("#", MaxRobotsSize-len(prefix)-len("Disallow: /")-1) + "\nDisallow: /abc\n")
-	r, err := ParseRobots(bytes.NewReader(body))
+	body = []byte(prefix + strings.Repeat("#", MaxSize-len(prefix)-len("Disallow: /")-1) + "\nDisallow: /abc\n")
+	r, err := Parse(bytes.NewReader(body))
 	require.NoError(t, err)
 	assert.True(t, r.Allowed("bot", "/x"))
-	assert.True(t, ParseRobotsBytes(body).Allowed("bot", "/x"))
+	assert.True(t, ParseBytes(body).Allowed("bot", "/x"))
 }
 
 // endless is a reader that never ends and counts what it hands out.
@@ -600,15 +600,15 @@ func TestEndlessReader(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		r, err = ParseRobots(src)
+		r, err = Parse(src)
 	}()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("ParseRobots did not return on an endless reader")
+		t.Fatal("Parse did not return on an endless reader")
 	}
 	require.NoError(t, err)
-	assert.LessOrEqual(t, src.n, MaxRobotsSize)
+	assert.LessOrEqual(t, src.n, MaxSize)
 	assert.False(t, r.Allowed("bot", "/x"))
 	assert.True(t, r.Allowed("bot", "/y"))
 }
@@ -619,14 +619,14 @@ func TestReaderError(t *testing.T) {
 		iotest.ErrReader(boom),
 		io.MultiReader(strings.NewReader("User-agent: *\nDisallow: /\n"), iotest.ErrReader(boom)),
 	} {
-		r, err := ParseRobots(src)
+		r, err := Parse(src)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, boom)
 		assert.Nil(t, r)
 	}
 
 	// Short reads and a final (n, io.EOF) are fine.
-	r, err := ParseRobots(iotest.DataErrReader(iotest.OneByteReader(strings.NewReader("User-agent: *\nDisallow: /x"))))
+	r, err := Parse(iotest.DataErrReader(iotest.OneByteReader(strings.NewReader("User-agent: *\nDisallow: /x"))))
 	require.NoError(t, err)
 	assert.False(t, r.Allowed("bot", "/x"))
 }
@@ -649,10 +649,10 @@ func TestPathologicalPatterns(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("User-agent: *\n")
 	rule := "Disallow: /" + strings.Repeat("*a", 200) + "*b\n"
-	for b.Len()+len(rule) < MaxRobotsSize {
+	for b.Len()+len(rule) < MaxSize {
 		b.WriteString(rule)
 	}
-	r := ParseRobotsBytes([]byte(b.String()))
+	r := ParseBytes([]byte(b.String()))
 	path := "/" + strings.Repeat("a", 1<<20)
 	start := time.Now()
 	assert.True(t, r.Allowed("bot", path))
@@ -660,7 +660,7 @@ func TestPathologicalPatterns(t *testing.T) {
 }
 
 func TestConcurrentReads(t *testing.T) {
-	r := ParseRobotsBytes([]byte(rfcSimpleExample + "\nUser-agent: *\nCrawl-delay: 1\n"))
+	r := ParseBytes([]byte(rfcSimpleExample + "\nUser-agent: *\nCrawl-delay: 1\n"))
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
@@ -723,15 +723,15 @@ func FuzzParseRobots(f *testing.F) {
 			// input (or its minimisation) pay for three 500 KiB parses.
 			robotsOverCap(t, data, agent, path)
 		}
-		r := ParseRobotsBytes(data)
-		r2, err := ParseRobots(bytes.NewReader(data))
+		r := ParseBytes(data)
+		r2, err := Parse(bytes.NewReader(data))
 		if err != nil {
-			t.Fatalf("ParseRobots: %v", err)
+			t.Fatalf("Parse: %v", err)
 		}
 
 		allowed := r.Allowed(agent, path)
 		if allowed != r2.Allowed(agent, path) {
-			t.Fatalf("ParseRobots and ParseRobotsBytes disagree")
+			t.Fatalf("Parse and ParseBytes disagree")
 		}
 		if !r.Allowed(agent, "/robots.txt") {
 			t.Fatalf("/robots.txt disallowed")
@@ -786,35 +786,35 @@ func checkAllowed(t *testing.T, r *Robots, agent, path string, allowed bool) {
 }
 
 // robotsOverCap feeds the parser and the matcher inputs past their caps,
-// built from a fuzz input: the file repeated past MaxRobotsSize (as bytes,
+// built from a fuzz input: the file repeated past MaxSize (as bytes,
 // and as an endless reader), and the path stretched past what Allowed
 // reads. What lies past a cap changes nothing, and the parse keeps within
 // maxRules rules and a bounded size.
 func robotsOverCap(t *testing.T, data []byte, agent, path string) {
-	big := bytes.Repeat(data, MaxRobotsSize/len(data)+2)
-	r := ParseRobotsBytes(big)
-	// The documented cut: the first MaxRobotsSize bytes, less a last line
+	big := bytes.Repeat(data, MaxSize/len(data)+2)
+	r := ParseBytes(big)
+	// The documented cut: the first MaxSize bytes, less a last line
 	// that is not terminated.
-	cut := big[:MaxRobotsSize]
+	cut := big[:MaxSize]
 	if i := bytes.LastIndexAny(cut, "\r\n"); i >= 0 {
 		cut = cut[:i+1]
 	} else {
 		cut = nil
 	}
-	if want := ParseRobotsBytes(cut); !reflect.DeepEqual(r, want) {
+	if want := ParseBytes(cut); !reflect.DeepEqual(r, want) {
 		t.Fatalf("a %d-byte file parses unlike its first %d bytes", len(big), len(cut))
 	}
 	// An endless body of the same bytes: read up to the cap, and no more.
 	endless := &countingReader{r: &repeatReader{b: data}}
-	r2, err := ParseRobots(endless)
+	r2, err := Parse(endless)
 	if err != nil {
-		t.Fatalf("ParseRobots(endless): %v", err)
+		t.Fatalf("Parse(endless): %v", err)
 	}
-	if endless.n > MaxRobotsSize {
-		t.Fatalf("ParseRobots read %d bytes of an endless body, more than %d", endless.n, MaxRobotsSize)
+	if endless.n > MaxSize {
+		t.Fatalf("Parse read %d bytes of an endless body, more than %d", endless.n, MaxSize)
 	}
 	if !reflect.DeepEqual(r2, r) {
-		t.Fatalf("ParseRobots(endless) parses unlike the file cut at the cap")
+		t.Fatalf("Parse(endless) parses unlike the file cut at the cap")
 	}
 	rules, size := 0, 0
 	for _, g := range r.groups {
@@ -825,8 +825,8 @@ func robotsOverCap(t *testing.T, data []byte, agent, path string) {
 	}
 	// Normalising encodes a raw non-ASCII byte as %XX: at most 3 bytes
 	// of pattern for one of input.
-	if rules > maxRules || size > 3*MaxRobotsSize {
-		t.Fatalf("%d rules, %d bytes of patterns from a %d-byte window", rules, size, MaxRobotsSize)
+	if rules > maxRules || size > 3*MaxSize {
+		t.Fatalf("%d rules, %d bytes of patterns from a %d-byte window", rules, size, MaxSize)
 	}
 	long := path + strings.Repeat("a", 3*maxPathLen+3)
 	if len(path) > 0 {
