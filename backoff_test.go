@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/ratelimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -290,7 +291,7 @@ func TestServerGates(t *testing.T) {
 
 	// Absurd waits are capped at MaxDelay.
 	s := newPolicy(t, cfg)
-	s.request(0, Feedback{Status: 503, Wait: MaxServerWait, HasWait: true})
+	s.request(0, Feedback{Status: 503, Wait: ratelimit.MaxWait, HasWait: true})
 	assert.Equal(t, s.now.Add(120*time.Second), s.s.Admit(s.now, 1).At)
 }
 

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/crawlerkit/throttle/ratelimit"
 )
 
 // Feedback is what one response, or one transport error, tells the scopes of
@@ -52,7 +54,7 @@ type Feedback struct {
 	Exhausted bool
 
 	// StatedRate is the request rate the server states it allows, in
-	// requests per second (ServerWait.Rate); 0 when it states none.
+	// requests per second (ratelimit.Wait.Rate); 0 when it states none.
 	// Rampup paces at it from the first response that states it, and
 	// never above it.
 	StatedRate float64
@@ -105,7 +107,7 @@ var DefaultBackoffStatuses = []int{429, 502, 503, 504, 520, 521, 522, 523, 524}
 // per scope against that scope's Backoff.Statuses (DefaultBackoffStatuses
 // unless configured), so DefaultFeedback sets Backoff only for transport
 // errors for which IsBackoffError is true. Server-given waits come from
-// ParseServerWait on the response's headers.
+// ratelimit.Parse on the response's headers.
 func DefaultFeedback(now time.Time, resp *http.Response, err error) Feedback {
 	var fb Feedback
 	defaultFeedback(&fb, now, resp, err)
@@ -118,8 +120,8 @@ func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error
 	if resp != nil {
 		fb.Status = resp.StatusCode
 		fb.Size = resp.ContentLength
-		sw := ParseServerWait(resp.Header, now)
-		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate = sw.Wait, sw.Present, sw.Exhausted, sw.Rate
+		w := ratelimit.Parse(resp.Header, now)
+		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate = w.Duration, w.Present, w.Exhausted, w.Rate
 		return
 	}
 	if err != nil && IsBackoffError(err) {

@@ -1,4 +1,4 @@
-package throttle
+package ratelimit
 
 import (
 	"math"
@@ -8,16 +8,16 @@ import (
 	"unicode/utf8"
 )
 
-// MaxServerWait bounds every wait the parsers in this file return: they never
+// MaxWait bounds every wait the parsers of this package return: they never
 // return more, never a negative wait, and never overflow, whatever the input.
-// It is 30 days. Scopes cap server-given waits further with their own
-// MaxDelay.
-const MaxServerWait = 30 * 24 * time.Hour
+// It is 30 days. Callers usually cap server-given waits further (the throttle
+// package's scopes with their Backoff.MaxDelay).
+const MaxWait = 30 * 24 * time.Hour
 
 const (
-	// maxWaitSeconds is MaxServerWait in whole seconds.
-	maxWaitSeconds = int64(MaxServerWait / time.Second)
-	// maxHeaderValueLen is the longest header value ParseServerWait reads.
+	// maxWaitSeconds is MaxWait in whole seconds.
+	maxWaitSeconds = int64(MaxWait / time.Second)
+	// maxHeaderValueLen is the longest header value Parse reads.
 	maxHeaderValueLen = 4 << 10
 	// maxSFItems and maxSFParams cap the work on one RateLimit or
 	// RateLimit-Policy field; a field with more is malformed.
@@ -32,11 +32,11 @@ const (
 //
 // The value is either delta-seconds or an HTTP date. Delta-seconds are ASCII
 // digits only: no sign, no decimals, no exponent; whitespace (SP, HTAB)
-// around the value is allowed. Numbers too large for MaxServerWait, however
-// many digits, give MaxServerWait. An HTTP date may be in any of the three
+// around the value is allowed. Numbers too large for MaxWait, however
+// many digits, give MaxWait. An HTTP date may be in any of the three
 // formats http.ParseTime accepts (IMF-fixdate, RFC 850, asctime); a date in
-// the past gives (0, true) and a date more than MaxServerWait after now gives
-// MaxServerWait. Anything else gives (0, false).
+// the past gives (0, true) and a date more than MaxWait after now gives
+// MaxWait. Anything else gives (0, false).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = trimOWS(v)
 	if v == "" {
@@ -56,16 +56,19 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return clampWait(t.Sub(now)), true
 }
 
-// RateLimitItem is one item of the IETF RateLimit field
+// Item is one item of the IETF RateLimit field
 // (draft-ietf-httpapi-ratelimit-headers; current drafts send e.g.
-// `RateLimit: "default";r=50;t=30`).
-type RateLimitItem struct {
+// `RateLimit: "default";r=50;t=30`), as ParseRateLimit returns it.
+//
+// The zero Item is an unnamed policy with 0 remaining and no reset. An Item
+// is a plain value with no methods, safe to read from several goroutines.
+type Item struct {
 	// Policy is the policy name: the item's sf-string or token, unescaped.
 	Policy string
 	// Remaining is the item's r parameter: the quota units left.
 	Remaining int64
 	// Reset is the item's t parameter: the seconds until the quota resets,
-	// at most MaxServerWait. It is 0 when HasReset is false.
+	// at most MaxWait. It is 0 when HasReset is false.
 	Reset time.Duration
 	// HasReset reports whether the item had a t parameter.
 	HasReset bool
@@ -76,8 +79,8 @@ type RateLimitItem struct {
 // quoted sf-string like "default" or a bare token like default, followed by
 // ;key=value parameters. The r parameter (remaining quota) is required and
 // must be a non-negative integer; the t parameter (seconds until reset) is
-// optional and must be a non-negative integer; t beyond MaxServerWait gives
-// MaxServerWait. Other parameters are ignored, though their syntax must be
+// optional and must be a non-negative integer; t beyond MaxWait gives
+// MaxWait. Other parameters are ignored, though their syntax must be
 // valid. When a parameter is repeated, the last one counts.
 //
 // A malformed field is ignored whole and gives (nil, false): any item
@@ -87,14 +90,14 @@ type RateLimitItem struct {
 // nor a token. To bound the work, at most 64 items and 64 parameters per item
 // are looked at: a field with more is malformed. Parsing is linear in the
 // length of the value.
-func ParseRateLimit(v string) ([]RateLimitItem, bool) {
+func ParseRateLimit(v string) ([]Item, bool) {
 	entries, ok := parseSFIntList(v, "r", "t")
 	if !ok {
 		return nil, false
 	}
-	items := make([]RateLimitItem, len(entries))
+	items := make([]Item, len(entries))
 	for i, e := range entries {
-		items[i] = RateLimitItem{Policy: e.name, Remaining: e.req, HasReset: e.hasOpt}
+		items[i] = Item{Policy: e.name, Remaining: e.req, HasReset: e.hasOpt}
 		if e.hasOpt {
 			items[i].Reset = secondsWait(e.opt)
 		}
@@ -102,15 +105,20 @@ func ParseRateLimit(v string) ([]RateLimitItem, bool) {
 	return items, true
 }
 
-// RateLimitPolicyItem is one item of the IETF RateLimit-Policy field, e.g.
-// `RateLimit-Policy: "default";q=100;w=60`.
-type RateLimitPolicyItem struct {
+// PolicyItem is one item of the IETF RateLimit-Policy field, e.g.
+// `RateLimit-Policy: "default";q=100;w=60`, as ParseRateLimitPolicy
+// returns it.
+//
+// The zero PolicyItem is an unnamed policy with a quota of 0 and no window.
+// A PolicyItem is a plain value with no methods, safe to read from several
+// goroutines.
+type PolicyItem struct {
 	// Policy is the policy name: the item's sf-string or token, unescaped.
 	Policy string
 	// Quota is the item's q parameter: the quota units per window.
 	Quota int64
 	// Window is the item's w parameter: the window's length in seconds. A
-	// window is not a wait and is not capped at MaxServerWait; one too long
+	// window is not a wait and is not capped at MaxWait; one too long
 	// for a time.Duration (about 292 years) saturates at the largest
 	// Duration. It is 0 when HasWindow is false.
 	Window time.Duration
@@ -124,14 +132,14 @@ type RateLimitPolicyItem struct {
 // seconds) is optional and must be a non-negative integer. Other parameters
 // are ignored. A malformed field, or one with more than 64 items or 64
 // parameters in an item, is ignored whole: (nil, false).
-func ParseRateLimitPolicy(v string) ([]RateLimitPolicyItem, bool) {
+func ParseRateLimitPolicy(v string) ([]PolicyItem, bool) {
 	entries, ok := parseSFIntList(v, "q", "w")
 	if !ok {
 		return nil, false
 	}
-	items := make([]RateLimitPolicyItem, len(entries))
+	items := make([]PolicyItem, len(entries))
 	for i, e := range entries {
-		items[i] = RateLimitPolicyItem{Policy: e.name, Quota: e.req, HasWindow: e.hasOpt}
+		items[i] = PolicyItem{Policy: e.name, Quota: e.req, HasWindow: e.hasOpt}
 		if e.hasOpt {
 			if e.opt > math.MaxInt64/int64(time.Second) {
 				items[i].Window = time.Duration(math.MaxInt64)
@@ -145,8 +153,8 @@ func ParseRateLimitPolicy(v string) ([]RateLimitPolicyItem, bool) {
 
 // ParseRateLimitReset parses a RateLimit-Reset field value (older drafts of
 // draft-ietf-httpapi-ratelimit-headers) as delta seconds: ASCII digits only,
-// surrounding whitespace allowed. Values beyond MaxServerWait give
-// MaxServerWait. Anything else gives (0, false).
+// surrounding whitespace allowed. Values beyond MaxWait give
+// MaxWait. Anything else gives (0, false).
 func ParseRateLimitReset(v string) (time.Duration, bool) {
 	v = trimOWS(v)
 	if v == "" {
@@ -166,7 +174,7 @@ func ParseRateLimitReset(v string) (time.Duration, bool) {
 // The value is ASCII digits with an optional fraction ("1.5" is 1.5 s from
 // now, "1700000000.250" is an epoch in seconds); surrounding whitespace is
 // allowed, signs and exponents are not. An epoch in the past gives (0, true);
-// waits beyond MaxServerWait give MaxServerWait. Anything else gives
+// waits beyond MaxWait give MaxWait. Anything else gives
 // (0, false).
 func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 	n, frac, ok := parseUnsignedDecimal(trimOWS(v))
@@ -185,18 +193,25 @@ func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 	}
 }
 
-// ServerWait is what a response's headers say about when the client may
-// send again.
+// Wait is what a response's headers say about when the client may
+// send again: what Parse returns.
 //
-// Wait is reported whenever a header gives one, whatever the remaining
-// count: a reset time with a remaining count above 0 still sets Wait and
-// Present, and Exhausted stays false. The caller decides when to honour Wait:
-// on a backoff signal (such as a 429), or proactively when Exhausted.
-type ServerWait struct {
-	// Wait is the largest wait given by any recognised header, from now, at
-	// most MaxServerWait. When Exhausted, it is the largest wait of the
+// A wait is reported whenever a header gives one, whatever the remaining
+// count: a reset time with a remaining count above 0 still sets Duration
+// and Present, and Exhausted stays false. The caller decides when to honour
+// Duration: on a backoff signal (such as a 429), or proactively when
+// Exhausted.
+//
+// The zero Wait means no wait and no stated rate, but its Remaining of 0
+// reads as a count of 0: Parse sets Remaining to -1 when no header gives a
+// count, and so should a Wait built by hand to mean "nothing known". A Wait
+// is a plain value with no methods: copies are independent, and it is safe
+// to read from several goroutines.
+type Wait struct {
+	// Duration is the largest wait given by any recognised header, from
+	// now, at most MaxWait. When Exhausted, it is the largest wait of the
 	// quotas reported spent (and of Retry-After) only.
-	Wait time.Duration
+	Duration time.Duration
 	// Present reports whether any recognised header gave a wait (a wait of
 	// 0 included).
 	Present bool
@@ -216,7 +231,7 @@ type ServerWait struct {
 	Rate float64
 }
 
-// Header names read by ParseServerWait: the canonical form, as net/http
+// Header names read by Parse: the canonical form, as net/http
 // stores it, and the customary spelling for maps built by hand.
 var (
 	hdrRetryAfter          = headerName{"Retry-After", "Retry-After"}
@@ -233,7 +248,7 @@ var (
 	hdrXRateLimitLimit2    = headerName{"X-Rate-Limit-Limit", "X-Rate-Limit-Limit"}
 )
 
-// ParseServerWait reads every recognised header of h against now:
+// Parse reads every recognised header of h against now:
 //
 //   - Retry-After (ParseRetryAfter);
 //   - RateLimit (ParseRateLimit): the t of each item is a wait, and the
@@ -253,13 +268,14 @@ var (
 // the first value of each header is read, and a value longer than 4 KiB is
 // ignored. Headers are looked up by their canonical key, as net/http stores
 // them, then by their customary spelling (e.g. "RateLimit") for hand-built
-// maps. A nil h gives a zero ServerWait with Remaining -1.
+// maps. A nil h gives a zero Wait with Remaining -1.
 //
-// See ServerWait for when Wait is set and when the caller should use it.
-func ParseServerWait(h http.Header, now time.Time) ServerWait {
-	sw := ServerWait{Remaining: -1}
+// See Wait for when Duration is set and when the caller should use it.
+// Parse is safe for concurrent use: it only reads h.
+func Parse(h http.Header, now time.Time) Wait {
+	w := Wait{Remaining: -1}
 	if len(h) == 0 {
-		return sw
+		return w
 	}
 	// spent is the largest wait of the quotas reported spent, with
 	// Retry-After, which always counts.
@@ -268,18 +284,18 @@ func ParseServerWait(h http.Header, now time.Time) ServerWait {
 		if !ok {
 			return
 		}
-		sw.Present = true
-		sw.Wait = max(sw.Wait, d)
+		w.Present = true
+		w.Duration = max(w.Duration, d)
 		if exhausted {
 			spent = max(spent, d)
 		}
 	}
 	addRemaining := func(n int64) bool {
-		if sw.Remaining < 0 || n < sw.Remaining {
-			sw.Remaining = n
+		if w.Remaining < 0 || n < w.Remaining {
+			w.Remaining = n
 		}
 		if n == 0 {
-			sw.Exhausted = true
+			w.Exhausted = true
 		}
 		return n == 0
 	}
@@ -316,16 +332,16 @@ func ParseServerWait(h http.Header, now time.Time) ServerWait {
 			addWait(d, ok, exhausted)
 		}
 	}
-	if sw.Exhausted {
+	if w.Exhausted {
 		// Wait for the spent quota, not for the longest one: a spent
 		// burst quota must not gate the scope until a daily reset.
-		sw.Wait = spent
+		w.Duration = spent
 	}
-	sw.Rate = statedRate(h, now)
-	return sw
+	w.Rate = statedRate(h, now)
+	return w
 }
 
-// statedRate is ServerWait.Rate.
+// statedRate is Wait.Rate.
 func statedRate(h http.Header, now time.Time) float64 {
 	rate := 0.0
 	lower := func(q int64, w time.Duration) {
@@ -383,22 +399,22 @@ func headerValue(h http.Header, name headerName) (string, bool) {
 	return vs[0], true
 }
 
-// clampWait bounds d to [0, MaxServerWait].
+// clampWait bounds d to [0, MaxWait].
 func clampWait(d time.Duration) time.Duration {
 	if d < 0 {
 		return 0
 	}
-	if d > MaxServerWait {
-		return MaxServerWait
+	if d > MaxWait {
+		return MaxWait
 	}
 	return d
 }
 
 // secondsWait converts a non-negative count of seconds to a wait, at most
-// MaxServerWait.
+// MaxWait.
 func secondsWait(n int64) time.Duration {
 	if n > maxWaitSeconds {
-		return MaxServerWait
+		return MaxWait
 	}
 	return clampWait(time.Duration(n) * time.Second)
 }
@@ -430,7 +446,7 @@ func parseDigits(s string, limit int64) (n int64, ok bool) {
 	return n, true
 }
 
-// parseDeltaSeconds parses trimmed delta-seconds, clamped to MaxServerWait.
+// parseDeltaSeconds parses trimmed delta-seconds, clamped to MaxWait.
 func parseDeltaSeconds(s string) (time.Duration, bool) {
 	n, ok := parseDigits(s, maxWaitSeconds)
 	if !ok {
@@ -448,7 +464,7 @@ func parseCount(v string) (int64, bool) {
 
 // parseUnsignedDecimal parses digits with an optional fraction: "123",
 // "123.456". The integer part saturates just above 1e17 (far beyond any
-// epoch in milliseconds MaxServerWait allows); frac is the fraction in
+// epoch in milliseconds MaxWait allows); frac is the fraction in
 // units of 1e-9 (only the first nine fractional digits count).
 func parseUnsignedDecimal(s string) (n uint64, frac int64, ok bool) {
 	intPart, fracPart, hasDot := strings.Cut(s, ".")

@@ -1,4 +1,4 @@
-package throttle
+package ratelimit
 
 import (
 	"fmt"
@@ -29,10 +29,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"tabs", "\t7\t", rlNow, 7 * time.Second, true},
 		{"zero", "0", rlNow, 0, true},
 		{"leading zeros", "007", rlNow, 7 * time.Second, true},
-		{"exactly max", strconv.FormatInt(maxWaitSeconds, 10), rlNow, MaxServerWait, true},
-		{"just over max", strconv.FormatInt(maxWaitSeconds+1, 10), rlNow, MaxServerWait, true},
-		{"huge clamps", "99999999999999999999", rlNow, MaxServerWait, true},
-		{"very huge clamps", strings.Repeat("9", 1000), rlNow, MaxServerWait, true},
+		{"exactly max", strconv.FormatInt(maxWaitSeconds, 10), rlNow, MaxWait, true},
+		{"just over max", strconv.FormatInt(maxWaitSeconds+1, 10), rlNow, MaxWait, true},
+		{"huge clamps", "99999999999999999999", rlNow, MaxWait, true},
+		{"very huge clamps", strings.Repeat("9", 1000), rlNow, MaxWait, true},
 		{"negative", "-5", rlNow, 0, false},
 		{"decimal", "1.5", rlNow, 0, false},
 		{"plus sign", "+5", rlNow, 0, false},
@@ -49,7 +49,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"date with whitespace", "  Sun, 06 Nov 1994 08:49:37 GMT ", dateNow, 30 * time.Second, true},
 		{"date equal to now", "Sun, 06 Nov 1994 08:49:07 GMT", dateNow, 0, true},
 		{"past date", "Sun, 06 Nov 1994 08:49:37 GMT", rlNow, 0, true},
-		{"year 9999 clamps", "Fri, 31 Dec 9999 23:59:59 GMT", rlNow, MaxServerWait, true},
+		{"year 9999 clamps", "Fri, 31 Dec 9999 23:59:59 GMT", rlNow, MaxWait, true},
 		{"bad date", "Sun, 32 Nov 1994 08:49:37 GMT", dateNow, 0, false},
 		{"ISO date", "1994-11-06T08:49:37Z", dateNow, 0, false},
 		{"long garbage", "Sun, " + strings.Repeat("x", 10000), dateNow, 0, false},
@@ -73,7 +73,7 @@ func TestParseRateLimitReset(t *testing.T) {
 		{"30", 30 * time.Second, true},
 		{" 30 ", 30 * time.Second, true},
 		{"0", 0, true},
-		{"99999999999999999999", MaxServerWait, true},
+		{"99999999999999999999", MaxWait, true},
 		{"-1", 0, false},
 		{"1.5", 0, false},
 		{"+1", 0, false},
@@ -114,33 +114,33 @@ func TestParseRateLimit(t *testing.T) {
 	tests := []struct {
 		name string
 		v    string
-		want []RateLimitItem // nil means malformed
+		want []Item // nil means malformed
 	}{
-		{"quoted name", `"default";r=50;t=30`, []RateLimitItem{{"default", 50, 30 * time.Second, true}}},
-		{"token name", `default;r=50;t=30`, []RateLimitItem{{"default", 50, 30 * time.Second, true}}},
-		{"token with colon and slash", `a:b/c*d;r=1`, []RateLimitItem{{"a:b/c*d", 1, 0, false}}},
-		{"missing t", `"default";r=50`, []RateLimitItem{{"default", 50, 0, false}}},
-		{"r=0", `"default";r=0;t=5`, []RateLimitItem{{"default", 0, 5 * time.Second, true}}},
-		{"t=0", `"default";r=3;t=0`, []RateLimitItem{{"default", 3, 0, true}}},
-		{"t before r", `"default";t=9;r=3`, []RateLimitItem{{"default", 3, 9 * time.Second, true}}},
-		{"multiple items", `"a";r=5;t=10, "b";r=0;t=60,c;r=7`, []RateLimitItem{
+		{"quoted name", `"default";r=50;t=30`, []Item{{"default", 50, 30 * time.Second, true}}},
+		{"token name", `default;r=50;t=30`, []Item{{"default", 50, 30 * time.Second, true}}},
+		{"token with colon and slash", `a:b/c*d;r=1`, []Item{{"a:b/c*d", 1, 0, false}}},
+		{"missing t", `"default";r=50`, []Item{{"default", 50, 0, false}}},
+		{"r=0", `"default";r=0;t=5`, []Item{{"default", 0, 5 * time.Second, true}}},
+		{"t=0", `"default";r=3;t=0`, []Item{{"default", 3, 0, true}}},
+		{"t before r", `"default";t=9;r=3`, []Item{{"default", 3, 9 * time.Second, true}}},
+		{"multiple items", `"a";r=5;t=10, "b";r=0;t=60,c;r=7`, []Item{
 			{"a", 5, 10 * time.Second, true}, {"b", 0, 60 * time.Second, true}, {"c", 7, 0, false}}},
-		{"whitespace", " \t\"a\";r=1 ,\t\"b\";  r=2 ", []RateLimitItem{{"a", 1, 0, false}, {"b", 2, 0, false}}},
-		{"escapes", `"de\"f\\";r=1`, []RateLimitItem{{`de"f\`, 1, 0, false}}},
-		{"empty name", `"";r=1`, []RateLimitItem{{"", 1, 0, false}}},
-		{"duplicate parameter: last wins", `"a";r=1;t=2;r=3;t=4`, []RateLimitItem{{"a", 3, 4 * time.Second, true}}},
+		{"whitespace", " \t\"a\";r=1 ,\t\"b\";  r=2 ", []Item{{"a", 1, 0, false}, {"b", 2, 0, false}}},
+		{"escapes", `"de\"f\\";r=1`, []Item{{`de"f\`, 1, 0, false}}},
+		{"empty name", `"";r=1`, []Item{{"", 1, 0, false}}},
+		{"duplicate parameter: last wins", `"a";r=1;t=2;r=3;t=4`, []Item{{"a", 3, 4 * time.Second, true}}},
 		{"unknown parameters ignored", `"a";r=1;t=2;pk=:cHJvamVjdDEyMw==:;qu="requests";x;y=?1;z=@1700000000;d=%"caf%c3%a9";e=-1.5;f=tok;*g=1`,
-			[]RateLimitItem{{"a", 1, 2 * time.Second, true}}},
-		{"15-digit r", `"a";r=999999999999999`, []RateLimitItem{{"a", 999999999999999, 0, false}}},
-		{"huge t clamps", `"a";r=1;t=999999999999999`, []RateLimitItem{{"a", 1, MaxServerWait, true}}},
-		{"64 items", itemList(64), func() []RateLimitItem {
-			items := make([]RateLimitItem, 64)
+			[]Item{{"a", 1, 2 * time.Second, true}}},
+		{"15-digit r", `"a";r=999999999999999`, []Item{{"a", 999999999999999, 0, false}}},
+		{"huge t clamps", `"a";r=1;t=999999999999999`, []Item{{"a", 1, MaxWait, true}}},
+		{"64 items", itemList(64), func() []Item {
+			items := make([]Item, 64)
 			for i := range items {
-				items[i] = RateLimitItem{Policy: "p" + strconv.Itoa(i), Remaining: int64(i)}
+				items[i] = Item{Policy: "p" + strconv.Itoa(i), Remaining: int64(i)}
 			}
 			return items
 		}()},
-		{"64 parameters", paramList(64), []RateLimitItem{{"default", 1, 0, false}}},
+		{"64 parameters", paramList(64), []Item{{"default", 1, 0, false}}},
 
 		{"r=-1", `"a";r=-1`, nil},
 		{"t=-1", `"a";r=1;t=-1`, nil},
@@ -198,16 +198,16 @@ func TestParseRateLimitPolicy(t *testing.T) {
 	tests := []struct {
 		name string
 		v    string
-		want []RateLimitPolicyItem // nil means malformed
+		want []PolicyItem // nil means malformed
 	}{
-		{"quoted name", `"default";q=100;w=60`, []RateLimitPolicyItem{{"default", 100, time.Minute, true}}},
-		{"token name", `default;q=100;w=60`, []RateLimitPolicyItem{{"default", 100, time.Minute, true}}},
-		{"missing w", `"default";q=100`, []RateLimitPolicyItem{{"default", 100, 0, false}}},
-		{"q=0", `"default";q=0;w=1`, []RateLimitPolicyItem{{"default", 0, time.Second, true}}},
-		{"multiple items", `"burst";q=10;w=1, "daily";q=5000;w=86400;qu="requests"`, []RateLimitPolicyItem{
+		{"quoted name", `"default";q=100;w=60`, []PolicyItem{{"default", 100, time.Minute, true}}},
+		{"token name", `default;q=100;w=60`, []PolicyItem{{"default", 100, time.Minute, true}}},
+		{"missing w", `"default";q=100`, []PolicyItem{{"default", 100, 0, false}}},
+		{"q=0", `"default";q=0;w=1`, []PolicyItem{{"default", 0, time.Second, true}}},
+		{"multiple items", `"burst";q=10;w=1, "daily";q=5000;w=86400;qu="requests"`, []PolicyItem{
 			{"burst", 10, time.Second, true}, {"daily", 5000, 24 * time.Hour, true}}},
-		{"31-day window not capped", `"monthly";q=1;w=2678400`, []RateLimitPolicyItem{{"monthly", 1, 31 * 24 * time.Hour, true}}},
-		{"huge window saturates", `"a";q=1;w=999999999999999`, []RateLimitPolicyItem{{"a", 1, time.Duration(math.MaxInt64), true}}},
+		{"31-day window not capped", `"monthly";q=1;w=2678400`, []PolicyItem{{"monthly", 1, 31 * 24 * time.Hour, true}}},
+		{"huge window saturates", `"a";q=1;w=999999999999999`, []PolicyItem{{"a", 1, time.Duration(math.MaxInt64), true}}},
 		{"r is not q", `"a";r=1`, nil},
 		{"missing q", `"a";w=60`, nil},
 		{"q=-1", `"a";q=-1`, nil},
@@ -283,21 +283,21 @@ func TestParseXRateLimitReset(t *testing.T) {
 		{"delta decimal", "1.5", 1500 * time.Millisecond, true},
 		{"delta fine decimal", "0.000000001", time.Nanosecond, true},
 		{"delta decimal beyond ns", "0.0000000019", time.Nanosecond, true},
-		{"largest delta clamps", "999999999", MaxServerWait, true},
-		{"largest delta with fraction clamps", "999999999.999", MaxServerWait, true},
+		{"largest delta clamps", "999999999", MaxWait, true},
+		{"largest delta with fraction clamps", "999999999.999", MaxWait, true},
 		{"epoch seconds", "1700000060", time.Minute, true},
 		{"epoch seconds decimal", "1700000000.250", 250 * time.Millisecond, true},
 		{"epoch seconds now", "1700000000", 0, true},
 		{"past epoch seconds", "1699999999", 0, true},
 		{"1e9 is epoch seconds (2001)", "1000000000", 0, true},
-		{"far epoch seconds clamp", "999999999999", MaxServerWait, true},
+		{"far epoch seconds clamp", "999999999999", MaxWait, true},
 		{"epoch ms", "1700000060000", time.Minute, true},
 		{"epoch ms partial second", "1700000000500", 500 * time.Millisecond, true},
 		{"epoch ms decimal", "1700000000000.5", 500 * time.Microsecond, true},
 		{"1e12 is epoch ms (2001)", "1000000000000", 0, true},
 		{"past epoch ms", "1699999999999", 0, true},
-		{"huge clamps", "99999999999999999999999999", MaxServerWait, true},
-		{"huge decimal clamps", "99999999999999999999999999.5", MaxServerWait, true},
+		{"huge clamps", "99999999999999999999999999", MaxWait, true},
+		{"huge decimal clamps", "99999999999999999999999999.5", MaxWait, true},
 		{"negative", "-5", 0, false},
 		{"negative epoch", "-1700000000", 0, false},
 		{"plus", "+5", 0, false},
@@ -319,103 +319,103 @@ func TestParseXRateLimitReset(t *testing.T) {
 	}
 }
 
-func TestParseServerWait(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
 		h    http.Header
-		want ServerWait
+		want Wait
 	}{
-		{"nil header", nil, ServerWait{Remaining: -1}},
-		{"empty header", http.Header{}, ServerWait{Remaining: -1}},
-		{"unrelated headers", http.Header{"Content-Type": {"text/html"}}, ServerWait{Remaining: -1}},
+		{"nil header", nil, Wait{Remaining: -1}},
+		{"empty header", http.Header{}, Wait{Remaining: -1}},
+		{"unrelated headers", http.Header{"Content-Type": {"text/html"}}, Wait{Remaining: -1}},
 		{"429: Retry-After 30 and X-RateLimit-Reset 60", http.Header{
 			"Retry-After":       {"30"},
 			"X-Ratelimit-Reset": {"60"},
-		}, ServerWait{Wait: time.Minute, Present: true, Remaining: -1}},
+		}, Wait{Duration: time.Minute, Present: true, Remaining: -1}},
 		{"larger Retry-After wins", http.Header{
 			"Retry-After":       {"90"},
 			"X-Ratelimit-Reset": {"60"},
-		}, ServerWait{Wait: 90 * time.Second, Present: true, Remaining: -1}},
+		}, Wait{Duration: 90 * time.Second, Present: true, Remaining: -1}},
 		{"200: remaining 0 and reset 10", http.Header{
 			"X-Ratelimit-Remaining": {"0"},
 			"X-Ratelimit-Reset":     {"10"},
-		}, ServerWait{Wait: 10 * time.Second, Present: true, Exhausted: true, Remaining: 0}},
+		}, Wait{Duration: 10 * time.Second, Present: true, Exhausted: true, Remaining: 0}},
 		{"200: remaining 5 and reset 10", http.Header{
 			"X-Ratelimit-Remaining": {"5"},
 			"X-Ratelimit-Reset":     {"10"},
-		}, ServerWait{Wait: 10 * time.Second, Present: true, Remaining: 5}},
+		}, Wait{Duration: 10 * time.Second, Present: true, Remaining: 5}},
 		{"remaining without reset", http.Header{
 			"X-Ratelimit-Remaining": {"0"},
-		}, ServerWait{Exhausted: true, Remaining: 0}},
+		}, Wait{Exhausted: true, Remaining: 0}},
 		{"epoch reset", http.Header{
 			"X-Ratelimit-Reset": {"1700000045"},
-		}, ServerWait{Wait: 45 * time.Second, Present: true, Remaining: -1}},
+		}, Wait{Duration: 45 * time.Second, Present: true, Remaining: -1}},
 		{"malformed RateLimit, valid Retry-After", http.Header{
 			"Ratelimit":   {`"default";r=-1;t=600`},
 			"Retry-After": {"30"},
-		}, ServerWait{Wait: 30 * time.Second, Present: true, Remaining: -1}},
+		}, Wait{Duration: 30 * time.Second, Present: true, Remaining: -1}},
 		{"malformed Retry-After, valid X-RateLimit-Reset", http.Header{
 			"Retry-After":       {"1.5"},
 			"X-Ratelimit-Reset": {"20"},
-		}, ServerWait{Wait: 20 * time.Second, Present: true, Remaining: -1}},
-		{"Retry-After 0", http.Header{"Retry-After": {"0"}}, ServerWait{Present: true, Remaining: -1}},
+		}, Wait{Duration: 20 * time.Second, Present: true, Remaining: -1}},
+		{"Retry-After 0", http.Header{"Retry-After": {"0"}}, Wait{Present: true, Remaining: -1}},
 		{"Retry-After date", http.Header{"Retry-After": {"Tue, 14 Nov 2023 22:15:20 GMT"}},
-			ServerWait{Wait: 2 * time.Minute, Present: true, Remaining: -1}},
+			Wait{Duration: 2 * time.Minute, Present: true, Remaining: -1}},
 		{"RateLimit items", http.Header{"Ratelimit": {`"a";r=5;t=10, "b";r=2;t=60, "c";r=9`}},
-			ServerWait{Wait: time.Minute, Present: true, Remaining: 2}},
+			Wait{Duration: time.Minute, Present: true, Remaining: 2}},
 		{"RateLimit exhausted", http.Header{"Ratelimit": {`"default";r=0;t=30`}},
-			ServerWait{Wait: 30 * time.Second, Present: true, Exhausted: true, Remaining: 0}},
+			Wait{Duration: 30 * time.Second, Present: true, Exhausted: true, Remaining: 0}},
 		{"RateLimit without t", http.Header{"Ratelimit": {`"default";r=0`}},
-			ServerWait{Exhausted: true, Remaining: 0}},
+			Wait{Exhausted: true, Remaining: 0}},
 		{"RateLimit-Policy gives no wait, a rate", http.Header{"Ratelimit-Policy": {`"default";q=100;w=60`}},
-			ServerWait{Remaining: -1, Rate: 100.0 / 60}},
+			Wait{Remaining: -1, Rate: 100.0 / 60}},
 		{"the lowest policy rate", http.Header{"Ratelimit-Policy": {`"burst";q=100;w=60, "daily";q=1000;w=86400`}},
-			ServerWait{Remaining: -1, Rate: 1000.0 / 86400}},
+			Wait{Remaining: -1, Rate: 1000.0 / 86400}},
 		{"policy beats a limit over its reset", http.Header{"Ratelimit-Policy": {`"default";q=100;w=60`},
 			"X-Ratelimit-Limit": {"10"}, "X-Ratelimit-Reset": {"1"}},
-			ServerWait{Wait: time.Second, Present: true, Remaining: -1, Rate: 100.0 / 60}},
+			Wait{Duration: time.Second, Present: true, Remaining: -1, Rate: 100.0 / 60}},
 		{"httprate: a limit over its reset, whole seconds", http.Header{"X-Ratelimit-Limit": {"10"},
 			"X-Ratelimit-Remaining": {"9"}, "X-Ratelimit-Reset": {"1"}},
-			ServerWait{Wait: time.Second, Present: true, Remaining: 9, Rate: 10}},
+			Wait{Duration: time.Second, Present: true, Remaining: 9, Rate: 10}},
 		{"a limit without a reset states no rate", http.Header{"X-Ratelimit-Limit": {"10"}},
-			ServerWait{Remaining: -1}},
+			Wait{Remaining: -1}},
 		{"older drafts", http.Header{
 			"Ratelimit-Limit":     {"100"},
 			"Ratelimit-Remaining": {"0"},
 			"Ratelimit-Reset":     {"15"},
-		}, ServerWait{Wait: 15 * time.Second, Present: true, Exhausted: true, Remaining: 0, Rate: 100.0 / 15}},
+		}, Wait{Duration: 15 * time.Second, Present: true, Exhausted: true, Remaining: 0, Rate: 100.0 / 15}},
 		{"X-Rate-Limit spelling", http.Header{
 			"X-Rate-Limit-Remaining": {"3"},
 			"X-Rate-Limit-Reset":     {"12"},
-		}, ServerWait{Wait: 12 * time.Second, Present: true, Remaining: 3}},
+		}, Wait{Duration: 12 * time.Second, Present: true, Remaining: 3}},
 		{"smallest remaining wins", http.Header{
 			"Ratelimit":             {`"a";r=7`},
 			"Ratelimit-Remaining":   {"4"},
 			"X-Ratelimit-Remaining": {"9"},
-		}, ServerWait{Remaining: 4}},
+		}, Wait{Remaining: 4}},
 		{"malformed remaining ignored", http.Header{
 			"X-Ratelimit-Remaining": {"-1"},
 			"Ratelimit-Remaining":   {"zero"},
-		}, ServerWait{Remaining: -1}},
+		}, Wait{Remaining: -1}},
 		{"hand-built keys", http.Header{
 			"RateLimit":         {`"default";r=1;t=5`},
 			"X-RateLimit-Reset": {"8"},
-		}, ServerWait{Wait: 8 * time.Second, Present: true, Remaining: 1}},
+		}, Wait{Duration: 8 * time.Second, Present: true, Remaining: 1}},
 		{"only the first value", http.Header{"Retry-After": {"10", "100"}},
-			ServerWait{Wait: 10 * time.Second, Present: true, Remaining: -1}},
+			Wait{Duration: 10 * time.Second, Present: true, Remaining: -1}},
 		{"huge waits clamp", http.Header{
 			"Retry-After":       {"99999999999999999999"},
 			"X-Ratelimit-Reset": {"99999999999999999999"},
-		}, ServerWait{Wait: MaxServerWait, Present: true, Remaining: -1}},
+		}, Wait{Duration: MaxWait, Present: true, Remaining: -1}},
 		{"value over 4 KiB ignored", http.Header{
 			"Retry-After":       {strings.Repeat(" ", 4096) + "50"},
 			"X-Ratelimit-Reset": {strings.Repeat(" ", 4094) + "40"},
-		}, ServerWait{Wait: 40 * time.Second, Present: true, Remaining: -1}},
+		}, Wait{Duration: 40 * time.Second, Present: true, Remaining: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ParseServerWait(tt.h, rlNow); got != tt.want {
-				t.Errorf("ParseServerWait() = %+v, want %+v", got, tt.want)
+			if got := Parse(tt.h, rlNow); got != tt.want {
+				t.Errorf("Parse() = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -424,8 +424,8 @@ func TestParseServerWait(t *testing.T) {
 // checkWait fails t unless d is a valid result of a wait parser.
 func checkWait(t *testing.T, what string, d time.Duration, ok bool) {
 	t.Helper()
-	if d < 0 || d > MaxServerWait {
-		t.Fatalf("%s: wait %v out of [0, %v]", what, d, MaxServerWait)
+	if d < 0 || d > MaxWait {
+		t.Fatalf("%s: wait %v out of [0, %v]", what, d, MaxWait)
 	}
 	if !ok && d != 0 {
 		t.Fatalf("%s: (%v, false), want 0 with false", what, d)
@@ -463,11 +463,11 @@ func FuzzParseRetryAfter(f *testing.F) {
 		d, ok := ParseRetryAfter(v, time.Unix(nowSec, 0))
 		checkWait(t, "ParseRetryAfter", d, ok)
 		s := strings.Trim(v, " \t")
-		// Past the caps: however many digits, MaxServerWait; a date no
+		// Past the caps: however many digits, MaxWait; a date no
 		// longer than the longest date format.
 		if allDigits(s) {
-			if d, ok := ParseRetryAfter(s+strings.Repeat("9", 40), time.Unix(nowSec, 0)); !ok || d != MaxServerWait {
-				t.Fatalf("ParseRetryAfter(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxServerWait)
+			if d, ok := ParseRetryAfter(s+strings.Repeat("9", 40), time.Unix(nowSec, 0)); !ok || d != MaxWait {
+				t.Fatalf("ParseRetryAfter(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxWait)
 			}
 		} else if ok {
 			if len(s) > maxHTTPDateLen {
@@ -494,7 +494,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 }
 
 // formatRateLimit serializes items as a RateLimit field value.
-func formatRateLimit(items []RateLimitItem) string {
+func formatRateLimit(items []Item) string {
 	parts := make([]string, len(items))
 	for i, it := range items {
 		p := strconv.Quote(it.Policy) + ";r=" + strconv.FormatInt(it.Remaining, 10)
@@ -574,7 +574,7 @@ func FuzzParseRateLimit(f *testing.F) {
 		for i, p := range pols {
 			it := items[i]
 			want := it.Reset
-			if p.Window <= MaxServerWait && want != p.Window || p.Window > MaxServerWait && want != MaxServerWait {
+			if p.Window <= MaxWait && want != p.Window || p.Window > MaxWait && want != MaxWait {
 				t.Fatalf("ParseRateLimit(%q) item %+v, ParseRateLimitPolicy(%q) item %+v", v, it, swapped, p)
 			}
 			if p.Policy != strings.Map(swapLetters, it.Policy) || p.Quota != it.Remaining || p.HasWindow != it.HasReset {
@@ -618,15 +618,15 @@ func FuzzParseXRateLimitReset(f *testing.F) {
 		s := strings.Trim(v, " \t")
 		if allDigits(s) {
 			// However many digits: an epoch in milliseconds, far ahead.
-			if d, ok := ParseXRateLimitReset(s+strings.Repeat("9", 40), time.Unix(nowSec, nowNsec)); !ok || d != MaxServerWait {
-				t.Fatalf("ParseXRateLimitReset(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxServerWait)
+			if d, ok := ParseXRateLimitReset(s+strings.Repeat("9", 40), time.Unix(nowSec, nowNsec)); !ok || d != MaxWait {
+				t.Fatalf("ParseXRateLimitReset(%q + 40 nines) = %v, %v; want %v", s, d, ok, MaxWait)
 			}
 		}
 		if n, err := strconv.ParseUint(s, 10, 64); err == nil && allDigits(s) {
 			if !ok {
 				t.Fatalf("ParseXRateLimitReset(%q) rejected digits", v)
 			}
-			if n < 1e9 && d != min(time.Duration(n)*time.Second, MaxServerWait) {
+			if n < 1e9 && d != min(time.Duration(n)*time.Second, MaxWait) {
 				t.Fatalf("ParseXRateLimitReset(%q) = %v, want %ds", v, d, n)
 			}
 		}
@@ -636,7 +636,7 @@ func FuzzParseXRateLimitReset(f *testing.F) {
 	})
 }
 
-func FuzzParseServerWait(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add("30", "", "", "", "60", "", "", int64(1_700_000_000))
 	f.Add("", "", "", "", "10", "0", "", int64(1_700_000_000))
 	f.Add("", "", "", "", "10", "5", "", int64(1_700_000_000))
@@ -660,8 +660,8 @@ func FuzzParseServerWait(f *testing.F) {
 		h["X-Rate-Limit-Reset"] = []string{rlReset}
 		h["X-Rate-Limit-Remaining"] = []string{xRemaining, rlRemaining}
 
-		sw := ParseServerWait(h, now)
-		checkWait(t, "ParseServerWait", sw.Wait, sw.Present)
+		sw := Parse(h, now)
+		checkWait(t, "Parse", sw.Duration, sw.Present)
 
 		// Past the cap: a value longer than maxHeaderValueLen (here, with
 		// whitespace the parsers would trim) counts as absent.
@@ -669,12 +669,12 @@ func FuzzParseServerWait(f *testing.F) {
 			long, without := h.Clone(), h.Clone()
 			long.Set(k, h.Get(k)+strings.Repeat(" ", maxHeaderValueLen))
 			without.Del(k)
-			if a, b := ParseServerWait(long, now), ParseServerWait(without, now); a != b {
-				t.Fatalf("ParseServerWait with an over-long %s = %+v, without it %+v", k, a, b)
+			if a, b := Parse(long, now), Parse(without, now); a != b {
+				t.Fatalf("Parse with an over-long %s = %+v, without it %+v", k, a, b)
 			}
 		}
 		if sw.Remaining < -1 || sw.Exhausted != (sw.Remaining == 0) {
-			t.Fatalf("ParseServerWait: inconsistent %+v", sw)
+			t.Fatalf("Parse: inconsistent %+v", sw)
 		}
 
 		var want time.Duration
@@ -700,13 +700,13 @@ func FuzzParseServerWait(f *testing.F) {
 		add(rlReset, d, ok)
 		// The largest wait of the individual parsers wins, unless a quota
 		// is spent: then only spent quotas count, which is never more.
-		if sw.Present != present || (!sw.Exhausted && sw.Wait != want) || sw.Wait > want {
-			t.Fatalf("ParseServerWait = %+v, want Wait %v Present %v", sw, want, present)
+		if sw.Present != present || (!sw.Exhausted && sw.Duration != want) || sw.Duration > want {
+			t.Fatalf("Parse = %+v, want Wait %v Present %v", sw, want, present)
 		}
 	})
 }
 
-func TestParseServerWaitExhaustedUsesSpentQuota(t *testing.T) {
+func TestParseExhaustedUsesSpentQuota(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	cases := []struct {
 		name   string
@@ -724,8 +724,8 @@ func TestParseServerWaitExhaustedUsesSpentQuota(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sw := ParseServerWait(c.h, now)
-			if sw.Wait != c.wait || sw.Exhausted != c.exhaus || !sw.Present {
+			sw := Parse(c.h, now)
+			if sw.Duration != c.wait || sw.Exhausted != c.exhaus || !sw.Present {
 				t.Fatalf("got %+v, want wait %v exhausted %v", sw, c.wait, c.exhaus)
 			}
 		})
