@@ -30,7 +30,7 @@ const (
 // ParseRetryAfter parses a Retry-After field value (RFC 9110 section 10.2.3)
 // against now and returns the wait it gives.
 //
-// The value is either delta-seconds or an HTTP date. Delta-seconds are ASCII
+// The value is either delay-seconds (RFC 9110) or an HTTP date. Delay-seconds are ASCII
 // digits only: no sign, no decimals, no exponent; whitespace (SP, HTAB)
 // around the value is allowed. Numbers too large for MaxWait, however
 // many digits, give MaxWait. An HTTP date may be in any of the three
