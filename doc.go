@@ -65,7 +65,7 @@
 //
 // The rules combine into one effective pace per scope, a Pace: the start
 // rate they allow together and the rule that binds it. Stats reports it
-// for every scope (ScopeStats.Pace) and the status page (StatusHandler)
+// for every scope (ScopeStats.Pace) and the status page (package status)
 // shows it, so when a setting seems to do nothing, the binding rule names
 // the one that wins.
 //
