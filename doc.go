@@ -26,8 +26,8 @@
 // Every request is throttled by one or more scopes: string keys such as a
 // host, a registrable domain, an API endpoint or "credits". By default the
 // scope is the request URL's host (NormalizeHost). Config.Scoper replaces
-// the default for all requests (RegistrableDomainScope,
-// DomainHierarchyScopes, IPScoper, AddScopes, PathPrefixScope ...);
+// the default for all requests (RegistrableDomainScope, AddScopes, and
+// package scopers' DomainHierarchy, IP, PathPrefix ...);
 // WithScopes and WithScopeCosts replace it for the requests of one
 // context. A request starts only when all its scopes admit it at the same
 // instant, and holds nothing while it waits.
@@ -65,7 +65,7 @@
 //
 // The rules combine into one effective pace per scope, a Pace: the start
 // rate they allow together and the rule that binds it. Stats reports it
-// for every scope (ScopeStats.Pace) and the status page (StatusHandler)
+// for every scope (ScopeStats.Pace) and the status page (package status)
 // shows it, so when a setting seems to do nothing, the binding rule names
 // the one that wins.
 //

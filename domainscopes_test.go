@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -57,77 +56,6 @@ func TestRegistrableDomain(t *testing.T) {
 	}
 }
 
-func TestDomainHierarchy(t *testing.T) {
-	tests := []struct {
-		host string
-		want []string
-	}{
-		{"a.b.example.co.uk", []string{"example.co.uk", "b.example.co.uk", "a.b.example.co.uk"}},
-		{"www.example.com", []string{"example.com", "www.example.com"}},
-		{"example.com", []string{"example.com"}},
-		{"a.foo.blogspot.com", []string{"foo.blogspot.com", "a.foo.blogspot.com"}},
-		{"foo.blogspot.com", []string{"foo.blogspot.com"}},
-		{"blogspot.com", []string{"blogspot.com"}},
-		{"x.y.user.github.io", []string{"user.github.io", "y.user.github.io", "x.y.user.github.io"}},
-		{"co.uk", []string{"co.uk"}},
-		{"com", []string{"com"}},
-		{"localhost", []string{"localhost"}},
-		{"192.0.2.1", []string{"192.0.2.1"}},
-		{"2001:db8::1", []string{"2001:db8::1"}},
-		{"", []string{""}},
-		{"..", []string{".."}},
-		{"a..b.example.com", []string{"a..b.example.com"}},
-		{"a.example.com.", []string{"a.example.com."}},
-	}
-	for _, tt := range tests {
-		if got := DomainHierarchy(tt.host); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("DomainHierarchy(%q) = %q, want %q", tt.host, got, tt.want)
-		}
-	}
-}
-
-func TestDomainHierarchyCap(t *testing.T) {
-	// 40 labels under example.com: 41 levels in all, capped to 32.
-	labels := make([]string, 40)
-	for i := range labels {
-		labels[i] = "l" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-	}
-	host := strings.Join(labels, ".") + ".example.com"
-	got := DomainHierarchy(host)
-	if len(got) != MaxScopesPerRequest {
-		t.Fatalf("len = %d, want %d: %q", len(got), MaxScopesPerRequest, got)
-	}
-	if got[0] != "example.com" {
-		t.Errorf("got[0] = %q, want example.com", got[0])
-	}
-	if got[len(got)-1] != host {
-		t.Errorf("last = %q, want the host", got[len(got)-1])
-	}
-	// The kept levels are the deepest ones, each one label under the next.
-	for i := 2; i < len(got); i++ {
-		if !strings.HasSuffix(got[i], "."+got[i-1]) || strings.Count(got[i], ".") != strings.Count(got[i-1], ".")+1 {
-			t.Errorf("level %d %q is not one label under %q", i, got[i], got[i-1])
-		}
-	}
-	if want := strings.Join(labels[30:], ".") + ".example.com"; got[1] != want {
-		t.Errorf("got[1] = %q, want %q", got[1], want)
-	}
-	seen := map[string]bool{}
-	for _, l := range got {
-		if seen[l] {
-			t.Errorf("duplicate level %q", l)
-		}
-		seen[l] = true
-	}
-
-	// Exactly 32 levels: nothing dropped.
-	host = strings.Join(labels[:31], ".") + ".example.com"
-	got = DomainHierarchy(host)
-	if len(got) != 32 || got[0] != "example.com" || got[1] != labels[30]+".example.com" || got[31] != host {
-		t.Errorf("32 levels: got %d levels %q", len(got), got)
-	}
-}
-
 func TestRegistrableDomainScope(t *testing.T) {
 	for _, tt := range []struct{ host, want string }{
 		{"WWW.Example.CO.UK:8443", "example.co.uk"},
@@ -144,9 +72,6 @@ func TestRegistrableDomainScope(t *testing.T) {
 	}
 	if _, err := RegistrableDomainScope(nil); !errors.Is(err, ErrNilRequest) {
 		t.Errorf("nil request: err = %v", err)
-	}
-	if _, err := DomainHierarchyScopes(&http.Request{URL: &url.URL{Path: "/x"}}); !errors.Is(err, ErrNoHost) {
-		t.Errorf("no host: err = %v", err)
 	}
 }
 
@@ -189,9 +114,6 @@ func checkNormalizeHost(t *testing.T, in string) {
 	{
 		// None of these may panic, whatever the input.
 		_ = RegistrableDomain(in)
-		if h := DomainHierarchy(in); len(h) == 0 || len(h) > MaxScopesPerRequest {
-			t.Fatalf("DomainHierarchy(%q) = %q", in, h)
-		}
 
 		got, err := NormalizeHost(in)
 		if err != nil {
@@ -212,17 +134,6 @@ func checkNormalizeHost(t *testing.T, in string) {
 		again, err := NormalizeHost(got)
 		if err != nil || again != got {
 			t.Fatalf("NormalizeHost(%q) = %q, but NormalizeHost(%q) = %q, %v", in, got, got, again, err)
-		}
-
-		rd := RegistrableDomain(got)
-		h := DomainHierarchy(got)
-		if h[0] != rd || h[len(h)-1] != got {
-			t.Fatalf("DomainHierarchy(%q) = %q, registrable domain %q", got, h, rd)
-		}
-		for i := 1; i < len(h); i++ {
-			if !strings.HasSuffix(h[i], "."+h[i-1]) {
-				t.Fatalf("DomainHierarchy(%q) = %q: %q not under %q", got, h, h[i], h[i-1])
-			}
 		}
 	}
 }

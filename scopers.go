@@ -1,16 +1,12 @@
 package throttle
 
-import (
-	"fmt"
-	"net/http"
-	"net/url"
-	"sort"
-	"strings"
-)
+import "net/http"
 
 // AddScopes returns a Scoper that throttles a request by base's scopes plus
 // extra's, like Scrapy's add_scope: for example AddScopes(HostScope,
-// QueryParamHostScope("url")) or AddScopes(HostScope, PathPrefixScope("/search")).
+// scopers.QueryParamHost("url")) or AddScopes(HostScope,
+// scopers.PathPrefix("/search")), from package
+// github.com/crawlerkit/throttle/scopers.
 //
 // base nil means HostScope; extra nil adds nothing. For each request base is
 // called first, then extra (only if base succeeded); an error from either is
@@ -83,105 +79,4 @@ func WithScope(base Scoper, key string) Scoper {
 		}
 		return []Scope{{Key: key}}, nil
 	})
-}
-
-// QueryParamHostScope returns an extra-scope function for AddScopes that
-// throttles requests to a scraping API by the host of the target URL they
-// carry in the query parameter param. With
-//
-//	AddScopes(HostScope, QueryParamHostScope("url"))
-//
-// a request to https://api.scraper.example/v1/?url=https%3A%2F%2Fbooks.toscrape.com%2F
-// is in the scopes "api.scraper.example" and "books.toscrape.com", so it
-// shares the target's limit with direct requests to books.toscrape.com.
-//
-// The parameter's first value is parsed with url.Parse and must be an
-// absolute URL with a host ("https://host/..." or "//host/..."); the host is
-// normalised by NormalizeHost. If the parameter is absent, the function
-// returns no scopes and no error. If it is present but empty, not a URL, or
-// has no host (a scheme-less "books.toscrape.com/" included), the error
-// wraps ErrNoHost or ErrInvalidHost. A nil request gives ErrNilRequest, a
-// request without URL ErrNoHost.
-func QueryParamHostScope(param string) func(req *http.Request) ([]Scope, error) {
-	return func(req *http.Request) ([]Scope, error) {
-		if req == nil {
-			return nil, ErrNilRequest
-		}
-		if req.URL == nil {
-			return nil, ErrNoHost
-		}
-		vs, ok := req.URL.Query()[param]
-		if !ok || len(vs) == 0 {
-			return nil, nil
-		}
-		v := vs[0]
-		if v == "" {
-			return nil, fmt.Errorf("throttle: query parameter %q: %w", param, ErrNoHost)
-		}
-		u, err := url.Parse(v)
-		if err != nil {
-			return nil, fmt.Errorf("throttle: query parameter %q: %w: %w", param, ErrInvalidHost, err)
-		}
-		h, err := NormalizeHost(u.Host)
-		if err != nil {
-			return nil, fmt.Errorf("throttle: query parameter %q: %w", param, err)
-		}
-		return []Scope{{Key: h}}, nil
-	}
-}
-
-// PathPrefixScope returns an extra-scope function for AddScopes that gives
-// endpoint-specific scopes: when the request URL's path (url.URL.Path, the
-// decoded path, "/" if empty) starts with one of prefixes on a path-segment
-// boundary, the one scope is the normalised host followed by the longest
-// matching prefix, e.g. "api.example.com/search". With
-//
-//	AddScopes(HostScope, PathPrefixScope("/search", "/download"))
-//
-// requests to /search, /search/x and /search?q=go share the scope
-// "host/search" besides "host"; /searchx and /other get only "host".
-//
-// Each prefix is used with its leading and trailing "/"s trimmed and one
-// leading "/" added ("search/" is "/search"); "" and "/" match every path
-// (scope "host/"). Matching is case-sensitive and the path is not cleaned. When no
-// prefix matches, the function returns no scopes and no error (so on its own
-// it is not a valid Scoper). It returns RequestHost's error for a nil request
-// or one without a usable host.
-func PathPrefixScope(prefixes ...string) func(req *http.Request) ([]Scope, error) {
-	ps := make([]string, 0, len(prefixes))
-	seen := make(map[string]bool, len(prefixes))
-	for _, p := range prefixes {
-		p = "/" + strings.Trim(p, "/")
-		if !seen[p] {
-			seen[p] = true
-			ps = append(ps, p)
-		}
-	}
-	// Longest first, so the first match is the longest one.
-	sort.SliceStable(ps, func(i, j int) bool { return len(ps[i]) > len(ps[j]) })
-	return func(req *http.Request) ([]Scope, error) {
-		h, err := RequestHost(req)
-		if err != nil {
-			return nil, err
-		}
-		path := req.URL.Path
-		if path == "" {
-			path = "/"
-		}
-		for _, p := range ps {
-			if pathHasPrefix(path, p) {
-				return []Scope{{Key: h + p}}, nil
-			}
-		}
-		return nil, nil
-	}
-}
-
-// pathHasPrefix reports whether path is prefix or starts with prefix followed
-// by "/". prefix "/" matches every path.
-func pathHasPrefix(path, prefix string) bool {
-	if prefix == "/" {
-		return true
-	}
-	return strings.HasPrefix(path, prefix) && (len(path) == len(prefix) || path[len(prefix)] == '/')
 }

@@ -1,5 +1,5 @@
 // Command endpoints shows per-endpoint limits on one API host with
-// throttle.AddScopes(throttle.HostScope, throttle.PathPrefixScope(...)).
+// throttle.AddScopes(throttle.HostScope, scopers.PathPrefix(...)).
 //
 // api.bookshop.example has a fast endpoint, /search, and a slow, expensive
 // one, /download. Every request is in the host's scope; requests under
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/scopers"
 )
 
 const apiHost = "api.bookshop.example"
@@ -140,7 +141,7 @@ func newManager() (*throttle.ThrottlingManager, error) {
 	for _, e := range endpoints {
 		prefixes = append(prefixes, e.Prefix)
 	}
-	cfg.Scoper = throttle.AddScopes(throttle.HostScope, throttle.PathPrefixScope(prefixes...))
+	cfg.Scoper = throttle.AddScopes(throttle.HostScope, scopers.PathPrefix(prefixes...))
 
 	// Each Scopes entry is a whole ScopeConfig: copy the default and change
 	// what matters. No jitter, so the configured delays show as they are.
@@ -253,7 +254,7 @@ func fetch(ctx context.Context, client *http.Client, u string) error {
 }
 
 func printTable(out io.Writer, res result) {
-	fmt.Fprintf(out, "Scoper AddScopes(HostScope, PathPrefixScope(\"/search\", \"/download\")); %s: Concurrency %d, Delay 0\n\n", apiHost, hostConcurrency)
+	fmt.Fprintf(out, "Scoper AddScopes(HostScope, scopers.PathPrefix(\"/search\", \"/download\")); %s: Concurrency %d, Delay 0\n\n", apiHost, hostConcurrency)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scope\tconcurrency\tdelay\trequests\tpeak in flight\tmean gap\tmin gap\tobserved rate\tdelay allows")
 	for _, e := range endpoints {

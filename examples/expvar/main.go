@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/status"
 )
 
 // hosts are the simulated sites; scope labels in the metrics are these,
@@ -223,7 +224,7 @@ func run(ctx context.Context, out io.Writer, mon *http.ServeMux) (result, error)
 	}
 	root.Set("waiting", expvar.Func(func() any { return m.Waiting() }))
 	mon.Handle("GET /debug/vars", expvar.Handler())
-	mon.Handle("/status", m.StatusHandler())
+	mon.Handle("/status", status.Handler(m))
 
 	base := loopbackTransport(ts.Listener.Addr().String())
 	defer base.CloseIdleConnections()

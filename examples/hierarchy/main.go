@@ -1,4 +1,4 @@
-// Command hierarchy shows throttle.DomainHierarchyScopes: a request to
+// Command hierarchy shows scopers.DomainHierarchy: a request to
 // books.toscrape.com is in the scopes "toscrape.com" and
 // "books.toscrape.com", so a limit on the registrable domain covers all its
 // subdomains while each subdomain keeps a limit of its own.
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/scopers"
 )
 
 const (
@@ -121,7 +122,7 @@ func loopbackTransport(addr string, hosts []string) *http.Transport {
 // ScopeConfig: start from the default and change what matters here.
 func newManager() (*throttle.ThrottlingManager, error) {
 	cfg := throttle.DefaultConfig()
-	cfg.Scoper = throttle.DomainHierarchyScopes
+	cfg.Scoper = scopers.DomainHierarchy
 	cfg.GlobalConcurrency = 64 // above every scope's limit: not the one at work
 	limit := func(n int) throttle.ScopeConfig {
 		sc := cfg.Default
@@ -237,7 +238,7 @@ func fetch(ctx context.Context, client *http.Client, u string) error {
 }
 
 func printTable(out io.Writer, res result) {
-	fmt.Fprintf(out, "Scoper DomainHierarchyScopes; Concurrency toscrape.com %d, books.toscrape.com %d, quotes.toscrape.com %d; server holds each request %v\n\n",
+	fmt.Fprintf(out, "Scoper scopers.DomainHierarchy; Concurrency toscrape.com %d, books.toscrape.com %d, quotes.toscrape.com %d; server holds each request %v\n\n",
 		parentLimit, booksLimit, quotesLimit, holdTime)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tbooks reqs\tquotes reqs\tpeak books\tpeak quotes\tpeak total\telapsed")

@@ -7,7 +7,7 @@
 //
 //	http://api.scraper.example/v1/?url=http%3A%2F%2Fbooks.toscrape.com%2Fcatalogue%2Fpage-3.html
 //
-// The Scoper AddScopes(HostScope, QueryParamHostScope("url")) puts each
+// The Scoper AddScopes(HostScope, scopers.QueryParamHost("url")) puts each
 // request in two scopes: the API's host ("api.scraper.example",
 // Concurrency 5, the plan's limit) and the target site's host
 // ("books.toscrape.com", 1 request per 200 ms).
@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/scopers"
 )
 
 const (
@@ -222,7 +223,7 @@ func upstreamFeedback(now time.Time, resp *http.Response, err error) throttle.Fe
 	if convErr != nil || !slices.Contains(throttle.DefaultBackoffStatuses, up) {
 		return fb
 	}
-	site, err := throttle.QueryParamHostScope("url")(resp.Request)
+	site, err := scopers.QueryParamHost("url")(resp.Request)
 	if err != nil || len(site) == 0 {
 		return fb // not a proxied request: nothing to single out
 	}
@@ -233,7 +234,7 @@ func upstreamFeedback(now time.Time, resp *http.Response, err error) throttle.Fe
 
 func newManager() (*throttle.ThrottlingManager, error) {
 	cfg := throttle.DefaultConfig()
-	cfg.Scoper = throttle.AddScopes(throttle.HostScope, throttle.QueryParamHostScope("url"))
+	cfg.Scoper = throttle.AddScopes(throttle.HostScope, scopers.QueryParamHost("url"))
 	cfg.Feedback = upstreamFeedback
 
 	// The API: up to 5 requests at once, no delay of its own; default
@@ -368,7 +369,7 @@ func scrape(ctx context.Context, client *http.Client, page string) error {
 }
 
 func printTable(out io.Writer, res *result, start time.Time) {
-	fmt.Fprintf(out, "Scoper AddScopes(HostScope, QueryParamHostScope(\"url\")); %s: Concurrency %d, Delay 0; each site: Delay %v\n", apiHost, apiConcurrency, siteDelay)
+	fmt.Fprintf(out, "Scoper AddScopes(HostScope, scopers.QueryParamHost(\"url\")); %s: Concurrency %d, Delay 0; each site: Delay %v\n", apiHost, apiConcurrency, siteDelay)
 	fmt.Fprintf(out, "books.toscrape.com refuses requests less than %v apart (API answers 200, X-Upstream-Status: 429)\n", booksMinGap)
 	if !res.Split.IsZero() {
 		fmt.Fprintf(out, "books.toscrape.com's first 429 came %v into the crawl\n", res.Split.Sub(start).Round(10*time.Millisecond))

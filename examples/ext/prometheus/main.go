@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -266,7 +267,7 @@ func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http
 		Help: "Callers waiting in Acquire now.",
 	}, func() float64 { return float64(m.Waiting()) }))
 	mon.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mon.Handle("/status", m.StatusHandler())
+	mon.Handle("/status", status.Handler(m))
 
 	base := loopbackTransport(ts.Listener.Addr().String())
 	defer base.CloseIdleConnections()

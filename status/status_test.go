@@ -1,4 +1,4 @@
-package throttle
+package status
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,32 +35,32 @@ const evilKey = `<script>alert(1)</script>`
 //	limited.example  a 429 with Retry-After: 30 (server gate)
 //	auto.example     AutoThrottle on, a 300 ms response
 //	ok.example       one 200
-//	evilKey          one 200 (WithScopes)
+//	evilKey          one 200 (throttle.WithScopes)
 //
 // stop cancels the waiters and releases the permits. It runs on the real
 // clock or inside a synctest bubble.
-func statusScene(t testing.TB) (m *ThrottlingManager, stop func()) {
+func statusScene(t testing.TB) (m *throttle.ThrottlingManager, stop func()) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := throttle.DefaultConfig()
 	cfg.Robots.Enabled = false
-	cfg.Default.Jitter, cfg.Default.Backoff.Jitter, cfg.Default.SlotDelay = Jitter{}, Jitter{}, 0
+	cfg.Default.Jitter, cfg.Default.Backoff.Jitter, cfg.Default.SlotDelay = throttle.Jitter{}, throttle.Jitter{}, 0
 	busy := cfg.Default
 	busy.Concurrency = 2
 	auto := cfg.Default
 	auto.AutoThrottle.Enabled = true
-	cfg.Scopes = map[string]ScopeConfig{"busy.example": busy, "auto.example": auto}
-	m, err := New(cfg)
+	cfg.Scopes = map[string]throttle.ScopeConfig{"busy.example": busy, "auto.example": auto}
+	m, err := throttle.New(cfg)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	acquire := func(ctx context.Context, u string) *Permit {
+	acquire := func(ctx context.Context, u string) *throttle.Permit {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		require.NoError(t, err)
 		p, err := m.Acquire(ctx, req)
 		require.NoError(t, err)
 		return p
 	}
-	held := []*Permit{acquire(ctx, "http://busy.example/1"), acquire(ctx, "http://busy.example/2")}
+	held := []*throttle.Permit{acquire(ctx, "http://busy.example/1"), acquire(ctx, "http://busy.example/2")}
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
@@ -75,11 +76,11 @@ func statusScene(t testing.TB) (m *ThrottlingManager, stop func()) {
 		}
 	}
 	// The rest happens at one instant in a synctest bubble.
-	release := func(p *Permit, status int, h http.Header, latency time.Duration) {
+	release := func(p *throttle.Permit, status int, h http.Header, latency time.Duration) {
 		if h == nil {
 			h = http.Header{}
 		}
-		fb := DefaultFeedback(time.Now(), &http.Response{StatusCode: status, Header: h}, nil)
+		fb := throttle.DefaultFeedback(time.Now(), &http.Response{StatusCode: status, Header: h}, nil)
 		fb.Latency = latency
 		p.ReleaseFeedback(fb)
 	}
@@ -87,7 +88,7 @@ func statusScene(t testing.TB) (m *ThrottlingManager, stop func()) {
 	release(acquire(ctx, "http://limited.example/"), 429, http.Header{"Retry-After": {"30"}}, 80*time.Millisecond)
 	release(acquire(ctx, "http://auto.example/"), 200, nil, 300*time.Millisecond)
 	release(acquire(ctx, "http://ok.example/"), 200, nil, 120*time.Millisecond)
-	release(acquire(WithScopes(ctx, evilKey), "http://evil.example/"), 200, nil, 45*time.Millisecond)
+	release(acquire(throttle.WithScopes(ctx, evilKey), "http://evil.example/"), 200, nil, 45*time.Millisecond)
 	return m, func() {
 		cancel()
 		wg.Wait()
@@ -138,7 +139,7 @@ func TestStatusHTML(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, stop := statusScene(t)
 		defer stop()
-		rec := serveStatus(m.StatusHandler(), http.MethodGet, "/status", nil)
+		rec := serveStatus(Handler(m), http.MethodGet, "/status", nil)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"))
 		require.Contains(t, rec.Header().Get("Content-Security-Policy"), "default-src 'none'")
@@ -170,12 +171,12 @@ func TestStatusEscapes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, stop := statusScene(t)
 		defer stop()
-		page := serveStatus(m.StatusHandler(), http.MethodGet, "/", nil).Body.String()
+		page := serveStatus(Handler(m), http.MethodGet, "/", nil).Body.String()
 		require.Contains(t, page, `<td class="key">&lt;script&gt;alert(1)&lt;/script&gt;</td>`)
 		require.NotContains(t, strings.ToLower(page), "<script")
 
 		var doc statusJSON
-		body := serveStatus(m.StatusHandler(), http.MethodGet, "/?format=json", nil).Body.String()
+		body := serveStatus(Handler(m), http.MethodGet, "/?format=json", nil).Body.String()
 		require.NotContains(t, body, "<script", "encoding/json escapes < and > too")
 		require.NoError(t, json.Unmarshal([]byte(body), &doc))
 		require.True(t, slices.ContainsFunc(doc.TopWaiting, func(s scopeJSON) bool { return s.Key == evilKey }))
@@ -187,7 +188,7 @@ func TestStatusJSON(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, stop := statusScene(t)
 		defer stop()
-		h := m.StatusHandler()
+		h := Handler(m)
 		for _, rec := range []*httptest.ResponseRecorder{
 			serveStatus(h, http.MethodGet, "/?format=json", nil),
 			serveStatus(h, http.MethodGet, "/", http.Header{"Accept": {"application/json"}}),
@@ -262,9 +263,9 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // TestStatusNegotiation: ?format wins; else the first of JSON and HTML
 // in Accept; else HTML.
 func TestStatusNegotiation(t *testing.T) {
-	m, err := New(DefaultConfig())
+	m, err := throttle.New(throttle.DefaultConfig())
 	require.NoError(t, err)
-	h := m.StatusHandler()
+	h := Handler(m)
 	for _, tc := range []struct {
 		target, accept string
 		want           string // content type prefix, or a status
@@ -300,11 +301,11 @@ func TestStatusNegotiation(t *testing.T) {
 
 // rowsScene is a manager with 120 scopes: h000.example .. h119.example,
 // scope i with i+1 requests; the first 60 ended in backoff with a 503.
-func rowsScene(t testing.TB) *ThrottlingManager {
-	cfg := DefaultConfig()
+func rowsScene(t testing.TB) *throttle.ThrottlingManager {
+	cfg := throttle.DefaultConfig()
 	cfg.Robots.Enabled = false
-	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 0, 0, Jitter{}
-	m, err := New(cfg)
+	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 0, 0, throttle.Jitter{}
+	m, err := throttle.New(cfg)
 	require.NoError(t, err)
 	for i := range 120 {
 		u := fmt.Sprintf("http://h%03d.example/", i)
@@ -326,7 +327,7 @@ func rowsScene(t testing.TB) *ThrottlingManager {
 // most 1000), the top ones in order.
 func TestStatusRowLimit(t *testing.T) {
 	m := rowsScene(t)
-	h := m.StatusHandler()
+	h := Handler(m)
 	want := func(from, n int) []string {
 		var keys []string
 		for i := range n {
@@ -374,9 +375,9 @@ func TestStatusRowLimit(t *testing.T) {
 // TestStatusEmpty: a manager with no scopes yet has empty lists, [] in
 // JSON.
 func TestStatusEmpty(t *testing.T) {
-	m, err := New(DefaultConfig())
+	m, err := throttle.New(throttle.DefaultConfig())
 	require.NoError(t, err)
-	h := m.StatusHandler()
+	h := Handler(m)
 	page := serveStatus(h, http.MethodGet, "/", nil).Body.String()
 	require.Contains(t, page, "No scopes yet.")
 	require.Contains(t, page, "No scope is in backoff.")
@@ -387,9 +388,9 @@ func TestStatusEmpty(t *testing.T) {
 // TestStatusMethods: over a real server, GET is served; HEAD and every
 // other method get 405 with Allow: GET.
 func TestStatusMethods(t *testing.T) {
-	m, err := New(DefaultConfig())
+	m, err := throttle.New(throttle.DefaultConfig())
 	require.NoError(t, err)
-	srv := httptest.NewServer(m.StatusHandler())
+	srv := httptest.NewServer(Handler(m))
 	defer srv.Close()
 	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 		http.MethodDelete, http.MethodPatch, http.MethodOptions} {
@@ -449,10 +450,10 @@ func TestStatusAllocs(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	allocs := func(scopes int, target string) float64 {
-		cfg := DefaultConfig()
+		cfg := throttle.DefaultConfig()
 		cfg.Robots.Enabled = false
 		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
-		m, err := New(cfg)
+		m, err := throttle.New(cfg)
 		require.NoError(t, err)
 		for i := range scopes {
 			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://s%d.example/", i), nil)
@@ -460,7 +461,7 @@ func TestStatusAllocs(t *testing.T) {
 			require.NoError(t, err)
 			p.Release(&http.Response{StatusCode: 200, Header: http.Header{}}, nil)
 		}
-		h := m.StatusHandler()
+		h := Handler(m)
 		req := httptest.NewRequest(http.MethodGet, target, nil)
 		w := &discardWriter{h: http.Header{}}
 		h.ServeHTTP(w, req) // fill the pool
@@ -535,7 +536,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	m, stop := statusScene(t)
 	defer stop()
-	srv := httptest.NewServer(m.StatusHandler())
+	srv := httptest.NewServer(Handler(m))
 	defer srv.Close()
 	url := srv.URL + "/status"
 

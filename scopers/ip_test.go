@@ -1,4 +1,4 @@
-package throttle
+package scopers
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/crawlerkit/throttle"
 )
 
 // fakeResolver answers from a map, counts calls per host, and can block
@@ -105,8 +107,8 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestIPScoper(r Resolver, ttl time.Duration, max int) (*IPScoper, *fakeClock) {
-	s := NewIPScoper(r, ttl, max)
+func newTestIP(r Resolver, ttl time.Duration, max int) (*IP, *fakeClock) {
+	s := NewIP(r, ttl, max)
 	clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s.SetClock(clk.now)
 	return s, clk
@@ -116,7 +118,7 @@ func reqFor(host string) *http.Request {
 	return &http.Request{Method: "GET", URL: &url.URL{Scheme: "https", Host: host, Path: "/"}}
 }
 
-func singleScopeKey(t *testing.T, sc Scoper, req *http.Request) string {
+func singleScopeKey(t *testing.T, sc throttle.Scoper, req *http.Request) string {
 	t.Helper()
 	s, err := sc(req)
 	if err != nil {
@@ -129,7 +131,7 @@ func singleScopeKey(t *testing.T, sc Scoper, req *http.Request) string {
 }
 
 // waitWaiters waits until n callers wait for the lookup of host.
-func waitWaiters(t *testing.T, s *IPScoper, host string, n int) {
+func waitWaiters(t *testing.T, s *IP, host string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -156,8 +158,8 @@ func TestNetResolverIsResolver(t *testing.T) {
 	var _ Resolver = &net.Resolver{PreferGo: true}
 }
 
-func TestIPScoperDefaults(t *testing.T) {
-	s := NewIPScoper(nil, 0, -1)
+func TestIPDefaults(t *testing.T) {
+	s := NewIP(nil, 0, -1)
 	if s.r != net.DefaultResolver || s.ttl != 5*time.Minute || s.maxEntries != 100000 {
 		t.Errorf("defaults: r=%v ttl=%v max=%d", s.r, s.ttl, s.maxEntries)
 	}
@@ -166,13 +168,13 @@ func TestIPScoperDefaults(t *testing.T) {
 		t.Errorf("got %q", k)
 	}
 	// The zero value works too.
-	var z IPScoper
+	var z IP
 	if k := singleScopeKey(t, z.Scope, reqFor("[2001:DB8::1]")); k != "2001:db8::1" {
 		t.Errorf("zero value: got %q", k)
 	}
 }
 
-func TestIPScoperSharedAddress(t *testing.T) {
+func TestIPSharedAddress(t *testing.T) {
 	f := newFakeResolver()
 	// Unsorted, with duplicates, IPv6 and an IPv4-mapped address: the lowest
 	// (IPv4 before IPv6) unmapped address is chosen whatever the order.
@@ -180,7 +182,7 @@ func TestIPScoperSharedAddress(t *testing.T) {
 	f.set("b.example", "192.0.2.7", "2001:db8::7")
 	f.set("c.example", "2001:db8::7", "::ffff:192.0.2.7")
 	f.set("v6.example", "2001:db8::9", "2001:db8::8")
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 
 	for _, h := range []string{"a.example", "B.Example.:443", "c.example"} {
 		if k := singleScopeKey(t, s.Scope, reqFor(h)); k != "192.0.2.7" {
@@ -199,9 +201,9 @@ func TestIPScoperSharedAddress(t *testing.T) {
 	f.mu.Unlock()
 }
 
-func TestIPScoperLiteralsNotResolved(t *testing.T) {
+func TestIPLiteralsNotResolved(t *testing.T) {
 	f := newFakeResolver()
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 	for host, want := range map[string]string{
 		"192.0.2.1":              "192.0.2.1",
 		"192.0.2.1:8080":         "192.0.2.1",
@@ -220,10 +222,10 @@ func TestIPScoperLiteralsNotResolved(t *testing.T) {
 	}
 }
 
-func TestIPScoperCacheTTL(t *testing.T) {
+func TestIPCacheTTL(t *testing.T) {
 	f := newFakeResolver()
 	f.set("example.com", "192.0.2.1")
-	s, clk := newTestIPScoper(f, time.Minute, 10)
+	s, clk := newTestIP(f, time.Minute, 10)
 	req := httptest.NewRequest("GET", "http://example.com/x", nil)
 
 	if k := singleScopeKey(t, s.Scope, req); k != "192.0.2.1" {
@@ -247,11 +249,11 @@ func TestIPScoperCacheTTL(t *testing.T) {
 	}
 }
 
-func TestIPScoperConcurrentLookupShared(t *testing.T) {
+func TestIPConcurrentLookupShared(t *testing.T) {
 	f := newFakeResolver()
 	f.set("example.com", "192.0.2.1")
 	f.release = make(chan struct{})
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 
 	const n = 20
 	var wg sync.WaitGroup
@@ -281,11 +283,11 @@ func TestIPScoperConcurrentLookupShared(t *testing.T) {
 	}
 }
 
-func TestIPScoperWaiterCancelled(t *testing.T) {
+func TestIPWaiterCancelled(t *testing.T) {
 	f := newFakeResolver()
 	f.set("example.com", "192.0.2.1")
 	f.release = make(chan struct{})
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 
 	// The first caller starts the lookup, then gives up.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -330,10 +332,10 @@ func TestIPScoperWaiterCancelled(t *testing.T) {
 	}
 }
 
-func TestIPScoperContextDoneBeforeLookup(t *testing.T) {
+func TestIPContextDoneBeforeLookup(t *testing.T) {
 	f := newFakeResolver()
 	f.set("example.com", "192.0.2.1")
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Scope(reqFor("example.com").WithContext(ctx)); !errors.Is(err, context.Canceled) {
@@ -349,12 +351,12 @@ func TestIPScoperContextDoneBeforeLookup(t *testing.T) {
 	}
 }
 
-func TestIPScoperErrorsNotCached(t *testing.T) {
+func TestIPErrorsNotCached(t *testing.T) {
 	f := newFakeResolver()
 	boom := errors.New("boom")
 	f.errs["bad.example"] = boom
 	f.set("empty.example")
-	s, _ := newTestIPScoper(f, time.Minute, 10)
+	s, _ := newTestIP(f, time.Minute, 10)
 
 	for i := 1; i <= 2; i++ {
 		_, err := s.Scope(reqFor("bad.example"))
@@ -388,12 +390,12 @@ func TestIPScoperErrorsNotCached(t *testing.T) {
 	s.mu.Unlock()
 }
 
-func TestIPScoperEviction(t *testing.T) {
+func TestIPEviction(t *testing.T) {
 	f := newFakeResolver()
 	for _, h := range []string{"h1.example", "h2.example", "h3.example", "h4.example", "h5.example"} {
 		f.set(h, "192.0.2.1")
 	}
-	s, clk := newTestIPScoper(f, time.Minute, 3)
+	s, clk := newTestIP(f, time.Minute, 3)
 	look := func(h string) { t.Helper(); singleScopeKey(t, s.Scope, reqFor(h)) }
 	cached := func() int {
 		s.mu.Lock()

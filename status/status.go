@@ -1,4 +1,14 @@
-package throttle
+// Package status serves a throttle.ThrottlingManager's state to
+// operators: Handler is an http.Handler with a plain HTML page for people
+// and JSON for programs, built from one StatsInto snapshot per request.
+//
+// Mount it where only operators can reach it, since scope keys tell what
+// the crawler visits:
+//
+//	mux.Handle("/debug/throttle", status.Handler(m))
+//
+// The package uses only throttle's public API.
+package status
 
 import (
 	"bytes"
@@ -11,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/crawlerkit/throttle"
 )
 
 // Limits of the status page's tables (the n query parameter).
@@ -19,10 +31,10 @@ const (
 	statusMaxRows     = 1000 // larger values of n are lowered to this
 )
 
-// StatusHandler returns an http.Handler that shows the manager's state:
-// a plain HTML page for people and JSON for programs. The handler is safe
-// for concurrent use. Scope keys tell what the crawler visits: mount it
-// where only operators can reach it.
+// Handler returns an http.Handler that shows m's state: a plain HTML page
+// for people and JSON for programs. The handler is safe for concurrent
+// use. Scope keys tell what the crawler visits: mount it where only
+// operators can reach it.
 //
 // It answers GET only; every other method, HEAD included, gets 405 Method
 // Not Allowed with "Allow: GET". A request with ?format=json gets JSON,
@@ -45,7 +57,7 @@ const (
 //
 //	at                    snapshot time, RFC 3339 (UTC)
 //	in_flight, waiting    permits held, callers waiting, all scopes
-//	global_concurrency    Config.GlobalConcurrency
+//	global_concurrency    throttle.Config.GlobalConcurrency
 //	scopes                how many scopes the manager holds
 //	n                     the row limit applied to the two lists
 //	totals                counts, as below, since New
@@ -62,31 +74,31 @@ const (
 // Durations are milliseconds as JSON numbers (fractions for sub-ms
 // values) in fields named *_ms, zero meaning none (no backoff,
 // AutoThrottle off, no latency yet); times are RFC 3339 strings in UTC;
-// why is a Reason in words (Reason.String: "none", "concurrency", "slot
-// delay", ...). The lists are capped like the HTML tables, so the answer
-// stays small with a million scopes; call Stats in-process for all of
-// them.
+// why is a throttle.Reason in words (Reason.String: "none",
+// "concurrency", "slot delay", ...). The lists are capped like the HTML
+// tables, so the answer stays small with a million scopes; call m.Stats
+// in-process for all of them.
 //
 // The HTML page uses no JavaScript and loads nothing else (one inline
 // style sheet; its Content-Security-Policy forbids the rest), and escapes
 // everything it shows: scope keys come from the crawled URLs.
 //
-// Each request takes one snapshot with StatsInto into pooled memory and
+// Each request takes one snapshot with m.StatsInto into pooled memory and
 // selects the top n of each table without sorting the rest: it costs one
-// pass over the scopes, which locks each scope briefly, as Stats does.
-func (m *ThrottlingManager) StatusHandler() http.Handler {
+// pass over the scopes, which locks each scope briefly, as m.Stats does.
+func Handler(m *throttle.ThrottlingManager) http.Handler {
 	return &statusHandler{m: m}
 }
 
-// statusHandler serves StatusHandler's page.
+// statusHandler serves Handler's page.
 type statusHandler struct {
-	m    *ThrottlingManager
+	m    *throttle.ThrottlingManager
 	pool sync.Pool // *statusScratch
 }
 
 // statusScratch is one request's memory, reused across requests.
 type statusScratch struct {
-	st        Stats
+	st        throttle.Stats
 	byWait    []int // indices into st.Scopes
 	byBackoff []int
 	rowsWait  []statusRow
@@ -305,7 +317,7 @@ type statusPage struct {
 	N                         int
 	InFlight, Waiting, Global int
 	Scopes                    int
-	Totals                    Counts
+	Totals                    throttle.Counts
 	ByWaiting, ByBackoff      []statusRow
 }
 
@@ -334,7 +346,7 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 			R5: s.Counts.Responses[5], Errors: s.Counts.Responses[0], Signals: s.Counts.Signals,
 		}
 		switch {
-		case s.Reason == ReasonNone:
+		case s.Reason == throttle.ReasonNone:
 			r.Why, r.Ready = "ready", "now"
 		case s.ReadyAt.IsZero():
 		case !s.ReadyAt.After(at):
@@ -367,8 +379,8 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 }
 
 // statusPace says a scope's pace for people: "4.85/s (rampup)".
-func statusPace(p *Pace) string {
-	if p.Binding == ReasonNone {
+func statusPace(p *throttle.Pace) string {
+	if p.Binding == throttle.ReasonNone {
 		return "–"
 	}
 	rate := "unbounded"
@@ -443,7 +455,7 @@ tr:nth-child(even) td { background: #f7f7f7; }
 
 // The JSON document.
 
-// statusJSON is the JSON document; see StatusHandler for its fields.
+// statusJSON is the JSON document; see Handler for its fields.
 type statusJSON struct {
 	At                time.Time   `json:"at"`
 	InFlight          int         `json:"in_flight"`
@@ -536,7 +548,7 @@ func (sc *statusScratch) scopesJSON(dst []scopeJSON, idx []int) []scopeJSON {
 	return dst
 }
 
-func statusCounts(c *Counts) countsJSON {
+func statusCounts(c *throttle.Counts) countsJSON {
 	r := &c.Responses
 	return countsJSON{Requests: c.Requests, Signals: c.Signals,
 		Responses: responsesJSON{C1: r[1], C2: r[2], C3: r[3], C4: r[4], C5: r[5], Errors: r[0]}}

@@ -1,4 +1,4 @@
-package throttle
+package scopers
 
 import (
 	"container/list"
@@ -10,18 +10,25 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/crawlerkit/throttle"
 )
 
 // A Resolver looks up the IP addresses of a host, as (*net.Resolver).LookupNetIP
 // does; *net.Resolver (and so net.DefaultResolver) satisfies it. network is
-// "ip" for IPScoper's lookups.
+// "ip" for IP's lookups.
+//
+// An IP calls its Resolver from several goroutines at once (one lookup per
+// host not cached), so an implementation must be safe for concurrent use.
+// A nil Resolver (the interface's zero value) given to NewIP means
+// net.DefaultResolver.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 var _ Resolver = (*net.Resolver)(nil)
 
-// Defaults for NewIPScoper.
+// Defaults for NewIP.
 const (
 	defaultIPTTL        = 5 * time.Minute // how long a resolved address is kept
 	defaultIPMaxEntries = 100000          // how many hosts are kept
@@ -34,14 +41,14 @@ const ipLookupTimeout = 10 * time.Second
 // errNoAddresses is the error of a lookup that succeeds with no address.
 var errNoAddresses = errors.New("no addresses")
 
-// An IPScoper throttles requests by the IP address their host resolves to,
-// like Scrapy's CONCURRENT_REQUESTS_PER_IP: hosts served from one address
-// share one scope. Use its Scope method as the Scoper:
+// An IP is a scoper that throttles requests by the IP address their host
+// resolves to, like Scrapy's CONCURRENT_REQUESTS_PER_IP: hosts served from
+// one address share one scope. Use its Scope method as the throttle.Scoper:
 //
-//	ips := throttle.NewIPScoper(nil, 0, 0)
+//	ips := scopers.NewIP(nil, 0, 0)
 //	cfg.Scoper = ips.Scope
 //
-// or combine it, e.g. AddScopes(HostScope, ips.Scope).
+// or combine it, e.g. throttle.AddScopes(throttle.HostScope, ips.Scope).
 //
 // Resolved addresses are cached per host for the TTL (default 5 minutes);
 // failed lookups are not cached, so the next request for the host looks it
@@ -50,9 +57,10 @@ var errNoAddresses = errors.New("no addresses")
 // is full, expired entries are dropped
 // first and then, if it is still full, the least recently resolved one.
 //
-// An IPScoper is safe for concurrent use. The zero value is usable and
-// behaves like NewIPScoper(nil, 0, 0), but NewIPScoper is preferred.
-type IPScoper struct {
+// An IP is safe for concurrent use. The zero value is usable and behaves
+// like NewIP(nil, 0, 0), but NewIP is preferred. An IP must not be copied
+// after first use.
+type IP struct {
 	r          Resolver
 	ttl        time.Duration
 	maxEntries int
@@ -76,14 +84,14 @@ type ipCall struct {
 	done    chan struct{}
 	addr    netip.Addr
 	err     error
-	waiters int // callers that have waited for it, under IPScoper.mu (for tests)
+	waiters int // callers that have waited for it, under IP.mu (for tests)
 }
 
-// NewIPScoper returns an IPScoper that resolves hosts with r and caches each
+// NewIP returns an IP scoper that resolves hosts with r and caches each
 // host's address for ttl, keeping at most maxEntries hosts. r nil means
 // net.DefaultResolver, ttl <= 0 means 5 minutes and
 // maxEntries <= 0 means 100000.
-func NewIPScoper(r Resolver, ttl time.Duration, maxEntries int) *IPScoper {
+func NewIP(r Resolver, ttl time.Duration, maxEntries int) *IP {
 	if r == nil {
 		r = net.DefaultResolver
 	}
@@ -93,20 +101,20 @@ func NewIPScoper(r Resolver, ttl time.Duration, maxEntries int) *IPScoper {
 	if maxEntries <= 0 {
 		maxEntries = defaultIPMaxEntries
 	}
-	return &IPScoper{r: r, ttl: ttl, maxEntries: maxEntries}
+	return &IP{r: r, ttl: ttl, maxEntries: maxEntries}
 }
 
 // SetClock sets the time source the cache's expiry uses; nil means time.Now
 // (the default). It is meant for tests, to expire entries without sleeping.
-func (s *IPScoper) SetClock(now func() time.Time) {
+func (s *IP) SetClock(now func() time.Time) {
 	s.mu.Lock()
 	s.now = now
 	s.mu.Unlock()
 }
 
-// Scope is a Scoper giving one scope: the IP address of the request's host
-// (RequestHost), in netip.Addr.String form with IPv4-mapped IPv6 addresses
-// unmapped ("192.0.2.1", "2001:db8::1").
+// Scope is a throttle.Scoper giving one scope: the IP address of the
+// request's host (throttle.RequestHost), in netip.Addr.String form with
+// IPv4-mapped IPv6 addresses unmapped ("192.0.2.1", "2001:db8::1").
 //
 // A host that is an IP literal is its own address and is not resolved.
 // Otherwise the host is looked up (network "ip") unless cached, and the
@@ -117,26 +125,26 @@ func (s *IPScoper) SetClock(now func() time.Time) {
 // context ends while it waits gets the context's error, and the lookup
 // goes on for the others (and the cache).
 //
-// It returns RequestHost's error for a nil request or one without a usable
-// host, and for a failed lookup an error wrapping the resolver's:
+// It returns throttle.RequestHost's error for a nil request or one without
+// a usable host, and for a failed lookup an error wrapping the resolver's:
 // `throttle: resolve "host": ...`.
-func (s *IPScoper) Scope(req *http.Request) ([]Scope, error) {
-	h, err := RequestHost(req)
+func (s *IP) Scope(req *http.Request) ([]throttle.Scope, error) {
+	h, err := throttle.RequestHost(req)
 	if err != nil {
 		return nil, err
 	}
 	if a, err := netip.ParseAddr(h); err == nil {
-		return []Scope{{Key: a.Unmap().String()}}, nil
+		return []throttle.Scope{{Key: a.Unmap().String()}}, nil
 	}
 	a, err := s.lookup(req.Context(), h)
 	if err != nil {
 		return nil, err
 	}
-	return []Scope{{Key: a.String()}}, nil
+	return []throttle.Scope{{Key: a.String()}}, nil
 }
 
 // lookup returns host's address from the cache or from a (shared) lookup.
-func (s *IPScoper) lookup(ctx context.Context, host string) (netip.Addr, error) {
+func (s *IP) lookup(ctx context.Context, host string) (netip.Addr, error) {
 	s.mu.Lock()
 	if s.cache == nil {
 		s.cache = make(map[string]*list.Element)
@@ -179,7 +187,7 @@ func (s *IPScoper) lookup(ctx context.Context, host string) (netip.Addr, error) 
 
 // resolve runs the shared lookup of host for c, caches a success, and
 // releases c's waiters.
-func (s *IPScoper) resolve(ctx context.Context, host string, c *ipCall) {
+func (s *IP) resolve(ctx context.Context, host string, c *ipCall) {
 	ctx, cancel := context.WithTimeout(ctx, ipLookupTimeout)
 	defer cancel()
 	r := s.r
@@ -215,7 +223,7 @@ func (s *IPScoper) resolve(ctx context.Context, host string, c *ipCall) {
 }
 
 // store caches host's addr, evicting to stay within maxEntries. s.mu is held.
-func (s *IPScoper) store(host string, addr netip.Addr) {
+func (s *IP) store(host string, addr netip.Addr) {
 	now := s.clock()
 	ttl := s.ttl
 	if ttl <= 0 {
@@ -248,13 +256,13 @@ func (s *IPScoper) store(host string, addr netip.Addr) {
 }
 
 // evict removes el from the cache. s.mu is held.
-func (s *IPScoper) evict(el *list.Element) {
+func (s *IP) evict(el *list.Element) {
 	s.order.Remove(el)
 	delete(s.cache, el.Value.(*ipEntry).host)
 }
 
 // clock returns the current time. s.mu is held.
-func (s *IPScoper) clock() time.Time {
+func (s *IP) clock() time.Time {
 	if s.now != nil {
 		return s.now()
 	}
