@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// BackoffConfig configures how a scope reacts to backoff signals (DESIGN
-// rule 9): 429, 5xx overload statuses and transport timeouts.
+// BackoffConfig configures how a scope reacts to backoff signals: 429, 5xx
+// overload statuses and transport timeouts.
 //
 // The rule, per scope:
 //

@@ -406,8 +406,8 @@ func TestDelayCombination(t *testing.T) {
 	assert.Equal(t, 4, p.s.concurrency())
 }
 
-// TestBackoffJitterNeverBelowDelay: backoff only ever tightens (DESIGN rule
-// 9), so its own jitter (±10 %) must not bring two starts closer than the
+// TestBackoffJitterNeverBelowDelay: backoff only ever tightens, so its own
+// jitter (±10 %) must not bring two starts closer than the
 // scope's Delay with the scope's Jitter off. Found by TestStressInvariants:
 // one 429 on a scope with Delay 1s, Jitter off and the default backoff;
 // recovery bisects back toward 1s (2s, 1.5s, 1.25s, 1.125s, 1.0625s,

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestNewRefusesInvalidConfig: New names the first invalid field (DESIGN
-// rule 7); explicit zero is valid.
+// TestNewRefusesInvalidConfig: New names the first invalid field; explicit
+// zero is valid.
 func TestNewRefusesInvalidConfig(t *testing.T) {
 	for field, mutate := range map[string]func(*Config){
 		"GlobalConcurrency":            func(c *Config) { c.GlobalConcurrency = 0 },

@@ -45,8 +45,7 @@ func Example_transport() {
 }
 
 // Acquire and release by hand around any client. The fake clock makes
-// the times exact: Concurrency 2, Delay 300ms, SlotDelay 1s (DESIGN rule
-// 3's worked example).
+// the times exact: Concurrency 2, Delay 300ms, SlotDelay 1s.
 func ExampleThrottlingManager_Acquire() {
 	clock := throttletest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := throttle.DefaultConfig()

@@ -65,7 +65,7 @@ func crawlOnce(t testing.TB, m *ThrottlingManager, req *http.Request, fb Feedbac
 	p.ReleaseFeedback(fb)
 }
 
-// TestMemoryMillionHosts (DESIGN rule 12): a million distinct hosts, each
+// TestMemoryMillionHosts: a million distinct hosts, each
 // acquired and released once, cost at most 1 KiB of live heap per scope
 // while they are recent; once idle for IdleTimeout they are forgotten and
 // the live heap returns to within 10 MB of where it started, while the

@@ -23,8 +23,8 @@ import (
 
 // TestStressInvariants (issue 9 item 1) drives a manager with random
 // configurations, 200 goroutines, multi-scope requests with costs, random
-// cancellations and random feedback, in fake time, and checks DESIGN rules
-// 1-6 afterwards with a checker of its own that reads only what it recorded
+// cancellations and random feedback, in fake time, and checks the admission rules
+// 1-6 below afterwards with a checker of its own that reads only what it recorded
 // from outside: every permit's scopes, costs, start and end, and, for a
 // third of the scopes, the order of the Start and Finish calls their policy
 // saw (recScope). Zero violations are required. The rules as checked:
@@ -496,7 +496,7 @@ func (st *stressRun) plan(r *rand.Rand) stressReqPlan {
 	return p
 }
 
-// stressMerge merges a request's scopes as the DESIGN says: one slot per
+// stressMerge merges a request's scopes as the manager must: one slot per
 // distinct key, costs added, a zero cost counting as 1; sorted by key.
 func stressMerge(scopes []Scope) ([]string, []int64) {
 	costs := make(map[string]int64)
@@ -795,7 +795,7 @@ func (st *stressRun) check() *stressViolations {
 
 // ---- the checker ----
 
-// stressViolations counts violations per DESIGN rule (index 1-6) and keeps
+// stressViolations counts violations per rule (index 1-6, as listed at TestStressInvariants) and keeps
 // the first few described.
 type stressViolations struct {
 	rule     [7]int
@@ -853,8 +853,8 @@ type stressEnd struct {
 	quota  []QuotaUse
 }
 
-// checkStress checks the records of a run against DESIGN rules 1-6. It
-// does not use the library's logic: it models the rules from the DESIGN
+// checkStress checks the records of a run against rules 1-6. It
+// does not use the library's logic: it models the rules from their statement
 // and the documented quota windows. Events at the same fake instant may
 // have happened in either order, so from the permits' records alone it
 // gives the library the benefit of the doubt (a release at the instant of
@@ -962,7 +962,7 @@ func checkStress(cfgs map[string]ScopeConfig, gc int, permits []stressPermit, re
 	return v
 }
 
-// quotaModel is the DESIGN's quota window: the first window starts at the
+// quotaModel is the quota window as documented on ScopeConfig: the first window starts at the
 // scope's first start, later ones follow back to back, Window long each.
 type quotaModel struct {
 	q      int64

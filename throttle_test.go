@@ -49,7 +49,7 @@ func get(t testing.TB, rawURL string) *http.Request {
 // ok200 is a response a Release can report.
 var ok200 = &http.Response{StatusCode: 200, Header: http.Header{}}
 
-// TestWorkedExample pins DESIGN rule 3's example to the millisecond:
+// TestWorkedExample pins the slot-delay example to the millisecond:
 // Concurrency 2, Delay 0.3 s, SlotDelay 1 s, no jitter: starts at 0.0,
 // 0.3 and 1.0.
 func TestWorkedExample(t *testing.T) {
