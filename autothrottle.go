@@ -68,7 +68,7 @@ func (a *autoThrottle) learned(cfg *ScopeConfig) bool {
 	return cfg.AutoThrottle.Enabled && a.seen && a.delay != max(cfg.Delay, cfg.AutoThrottle.StartDelay)
 }
 
-// onFeedback applies Scrapy's _adjust_delay to one response:
+// onAnswer applies Scrapy's _adjust_delay to one response:
 //
 //	target = latency / TargetConcurrency
 //	new    = max(target, (old + target) / 2)
@@ -76,12 +76,13 @@ func (a *autoThrottle) learned(cfg *ScopeConfig) bool {
 //
 // and a response other than 200 may raise the delay, never lower it.
 // Transport errors carry no latency and change nothing (Scrapy only
-// adjusts on downloaded responses).
-func (a *autoThrottle) onFeedback(cfg *ScopeConfig, fb *Feedback) {
-	if fb.Status == 0 || fb.NoAdjust {
+// adjusts on downloaded responses). The rule has no windows: now is
+// unused, and there is no tick.
+func (a *autoThrottle) onAnswer(_ time.Time, cfg *ScopeConfig, ans *answer) {
+	if !cfg.AutoThrottle.Enabled || ans.status == 0 {
 		return
 	}
-	a.delay = autoThrottleDelay(cfg, a.delay, fb.Latency, fb.Status)
+	a.delay = autoThrottleDelay(cfg, a.delay, ans.latency, ans.status)
 	a.seen = true
 }
 

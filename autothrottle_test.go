@@ -82,15 +82,15 @@ func TestAutoThrottleConverges(t *testing.T) {
 	want := []time.Duration{3000 * ms, 2000 * ms, 1500 * ms, 1250 * ms, 1125 * ms, 1062500 * time.Microsecond,
 		1031250 * time.Microsecond, 1015625 * time.Microsecond}
 	for i, w := range want {
-		a.onFeedback(&cfg, &Feedback{Status: 200, Latency: time.Second})
+		a.onAnswer(time.Time{}, &cfg, &answer{status: 200, latency: time.Second})
 		assert.Equal(t, w, a.delay, "step %d", i+1)
 	}
-	// A 503 with low latency doesn't lower it; a "don't adjust" response
-	// changes nothing; a transport error has no latency.
+	// A 503 with low latency doesn't lower it; a transport error has no
+	// latency. (A "don't adjust" response never reaches the policies:
+	// learn returns before them; TestAutoThrottleDebugRecord sends one.)
 	before := a.delay
-	a.onFeedback(&cfg, &Feedback{Status: 503, Latency: 10 * ms})
-	a.onFeedback(&cfg, &Feedback{Status: 200, Latency: 10 * ms, NoAdjust: true})
-	a.onFeedback(&cfg, &Feedback{Err: assert.AnError})
+	a.onAnswer(time.Time{}, &cfg, &answer{status: 503, latency: 10 * ms})
+	a.onAnswer(time.Time{}, &cfg, &answer{failed: true})
 	assert.Equal(t, before, a.delay)
 }
 

@@ -167,10 +167,62 @@ func (b *backoff) configure(cfg *ScopeConfig) {
 	}
 }
 
+// isSignal is the backoff-signal test, the one place it is made: fb is a
+// signal for the scope key when it applies to it and either says so
+// (Feedback.Backoff: a transport error that shows overload, see
+// IsBackoffError, or a FeedbackFunc's verdict) or has one of the scope's
+// Backoff.Statuses.
+func (b *backoff) isSignal(cfg *ScopeConfig, key string, fb *Feedback) bool {
+	return fb.appliesTo(key) && (fb.Backoff || b.isSignalStatus(cfg, fb.Status))
+}
+
 func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 	// Most responses are 2xx and no default signal is below 429: the
 	// range check spares the search on the hot path.
 	return cfg.Backoff.Enabled && status >= b.minStatus && status != 0 && slices.Contains(cfg.Backoff.Statuses, status)
+}
+
+// gateFor returns the server gate fb sets on the scope key at now, if
+// any: a server-given wait (Retry-After, a RateLimit reset) that comes
+// with a backoff signal or says the quota is spent, capped at MaxDelay.
+// The gate holds every start of the scope until it passes, on top of
+// whatever the signal does to the delay.
+func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback) (time.Time, bool) {
+	if fb.HasWait && fb.appliesTo(key) && (fb.Exhausted || b.isSignal(cfg, key, fb)) {
+		return now.Add(min(fb.Wait, cfg.Backoff.MaxDelay)), true
+	}
+	return time.Time{}, false
+}
+
+// onAnswer learns from one answer at now, after rampup (whose verdict
+// the answer carries): a rate signal rampup acted on is rampup's (with
+// rampup on, backoff keeps what is not a rate limit: transport timeouts
+// and outages); an outage rampup saw is probed from the pace rampup
+// resumes at (the answer's delay); another signal steps the delay up; a
+// success may end an outage. It reports whether the delay changed where
+// the scope would not otherwise recompute it (an outage's end).
+func (b *backoff) onAnswer(now time.Time, cfg *ScopeConfig, a *answer) bool {
+	switch {
+	case a.rampup == rampupTook && !a.spent: // a spent quota's success is no signal to backoff
+	case a.rampup == rampupOutage:
+		b.onOutage(now, cfg, a.delay)
+	case a.signal:
+		b.onSignal(now, cfg, a.started, a.delay, a.timeout, a.rateLimited, a.conc)
+	case !a.failed:
+		return b.onSuccess(now)
+	}
+	return false
+}
+
+// gapFloor bounds the gap after a start whose jitter factor came from
+// Backoff.Jitter (see defaultScope.gap): backoff only ever tightens, so
+// that jitter (±10 %), which may reach lower than the scope's Jitter,
+// never brings a start closer than the delay without backoff (own) times
+// 1+Jitter.Min, as it could come without backoff; and backoff never waits
+// longer than MaxDelay, so its jitter does not carry the gap g past it.
+// d is the delay in effect.
+func (b *backoff) gapFloor(cfg *ScopeConfig, g, d, own time.Duration) time.Duration {
+	return max(min(g, max(cfg.Backoff.MaxDelay, d)), scaleDuration(own, 1+cfg.Jitter.Min))
 }
 
 func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.hasBad }

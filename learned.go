@@ -278,7 +278,7 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 	s.tick(now)
 	if first {
 		out.QuotaFloor = -1
-		if gate, ok := s.gateFor(now, fb); ok {
+		if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb); ok {
 			out.Gate = gate
 		}
 		if s.cfg.Quota > 0 {

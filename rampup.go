@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"math"
+	"net/http"
 	"time"
 )
 
@@ -135,7 +136,7 @@ const (
 	rampupRoundSlow   = 4
 	rampupRoundSteady = 8
 	// rampupMaxMemory caps how long a round must last after server waits
-	// (see onFeedback).
+	// (see onAnswer).
 	rampupMaxMemory = 10 * time.Second
 	// rampupCycleMin and rampupCycleMinOK: a refusal cycle (from the end
 	// of one period of nothing but 429s to the end of the next, see
@@ -209,7 +210,7 @@ type rampup struct {
 	settled  bool          // the search is over: steady state, judged per window
 	paused   bool          // an outage: backoff probes it, the first success resumes
 	pausedAt time.Time     // when
-	noOutage bool          // a run is no outage until the search settles (see onFeedback)
+	noOutage bool          // a run is no outage until the search settles (see onAnswer)
 	dead     bool          // in a period of nothing but 429s
 	released time.Time     // when the last such period ended
 	cycle    time.Time     // when the last such period ended (the first answer, before any)
@@ -355,35 +356,36 @@ const (
 	rampupOutage                      // an outage begins: backoff probes it from now
 )
 
-// rampupAnswer is what rampup learns from one answer.
-type rampupAnswer struct {
-	started time.Time     // when its request started
-	latency time.Duration // how long the server took
-	signal  bool          // a backoff signal (a status, not a transport error)
-	is429   bool          // its status is 429
-	gated   bool          // it carried a server-given wait of rampupCycleMin or more
-	stated  float64       // the rate the server states it allows (Feedback.StatedRate)
-	waited  time.Duration // the server-given wait it gated the scope with; 0: none
-	spent   bool          // a success whose headers say the quota is spent (signal is set)
-}
-
-// onFeedback learns from one answer at now.
-func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a rampupAnswer) rampupVerdict {
-	started, signal, is429, latency := a.started, a.signal, a.is429, a.latency
+// onAnswer learns from one answer at now (nothing from a transport
+// error: rampup steers a rate, and a timeout says nothing of it). A
+// success whose headers say the quota is spent counts as a rate signal,
+// which came before the 429 (go-chi/httprate's X-RateLimit-Remaining: 0):
+// rampup aims at few of them too; it is never an outage, as a 429 is not.
+func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVerdict {
+	if r == nil || ans.status == 0 {
+		return rampupLeft
+	}
+	globalCap, started, latency := ans.globalCap, ans.started, ans.latency
+	signal := ans.signal || ans.spent // a rate signal
+	is429 := ans.status == http.StatusTooManyRequests || ans.spent
+	var waited time.Duration // the server-given wait it gated the scope with
+	if ans.gated {
+		waited = ans.gate
+	}
 	if signal {
 		r.winSignals++
 		if r.settled {
 			r.span = 0 // the steady state found a limit: back to Window
 		}
-		r.winGated = r.winGated || a.waited > 0 && !a.spent
-		if end := now.Add(a.waited); a.waited > 0 && end.After(r.gateEnd) {
+		r.winGated = r.winGated || waited > 0 && !ans.spent
+		if end := now.Add(waited); waited > 0 && end.After(r.gateEnd) {
 			r.winGate += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
 			r.gateEnd = end
 		}
-		if a.waited > 0 {
+		if waited > 0 {
 			// Rounds must outlast the server's waits: between two gates
 			// a rate the server refuses looks good for a second.
-			r.memory = min(a.waited, rampupMaxMemory)
+			r.memory = min(waited, rampupMaxMemory)
 		}
 	} else {
 		r.winOK++
@@ -400,7 +402,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 		r.rate, r.changed = r.clamp(cfg, globalCap, r.start(cfg)), started
 		r.cycle = started
 	}
-	if s := a.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
+	if s := ans.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
 		// The server states its limit: pace just below it from now on,
 		// never above, and search no more.
 		r.stated = s
@@ -470,7 +472,7 @@ func (r *rampup) onFeedback(now time.Time, cfg *ScopeConfig, globalCap int, a ra
 	if started.After(r.rLast) {
 		r.rLast = started
 	}
-	if signal && a.gated && !r.dead {
+	if signal && waited >= rampupCycleMin && !r.dead {
 		// A refusal that names its end (Retry-After, a RateLimit reset):
 		// the gate holds the scope until then, and the first success
 		// after it ends a cycle like a period of refusals does.

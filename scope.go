@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"time"
 )
 
@@ -260,22 +259,18 @@ func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 }
 
 // gap is the least time from the previous start to the next one, with d
-// the delay in effect: d times the jitter drawn at the previous start.
-//
-// Backoff only ever tightens: when that jitter came from Backoff.Jitter
-// (±10 %), which may reach lower than the scope's Jitter, the gap is never
-// shorter than the delay without backoff times 1+Jitter.Min, as it could
-// be without backoff. Else a backoff delay settled just above the
+// the delay in effect: d times the jitter drawn at the previous start,
+// within backoff's bounds when that jitter came from Backoff.Jitter
+// (backoff.gapFloor). Without them a backoff delay settled just above the
 // configured one (1.03 s for Delay 1 s with Jitter off), or the first
 // start after backoff ended, could follow the previous start by less than
 // Delay (found by TestStressInvariants; see
-// TestBackoffJitterNeverBelowDelay). And backoff never waits longer than
-// Backoff.MaxDelay: its jitter does not carry a gap past it.
+// TestBackoffJitterNeverBelowDelay).
 func (s *defaultScope) gap(d time.Duration) time.Duration {
 	g := scaleDuration(d, s.jitter)
 	if s.backoffJitter {
 		own, _ := s.ownDelay()
-		g = max(min(g, max(s.cfg.Backoff.MaxDelay, d)), scaleDuration(own, 1+s.cfg.Jitter.Min))
+		g = s.backoff.gapFloor(&s.cfg, g, d, own)
 	}
 	return g
 }
@@ -371,54 +366,30 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 // between successes) and backoff what is not a rate limit: transport
 // timeouts and outages. Without it, backoff takes every signal.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
-	prevSignal := s.lastSignal
-	signal := s.isSignal(fb)
-	s.lastSignal = signal
-	gate, gated := s.gateFor(now, fb)
-	if gated {
-		s.setGate(gate)
+	a := s.answerFor(now, &t, fb, s.lastSignal)
+	s.lastSignal = a.signal
+	if a.gated {
+		s.setGate(now.Add(a.gate))
 	}
 	if fb.NoAdjust {
 		return
 	}
-	old, _ := s.delay()
+	old := a.delay
 	// moved: a part that refresh combines may have changed. A plain
 	// success with rampup and AutoThrottle off changes none unless it
 	// ends an outage, and most responses are that: refresh is skipped.
-	moved := signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
-	verdict := rampupLeft
-	if s.cfg.Rampup.Enabled && fb.Status != 0 {
-		// A success whose headers say the quota is spent is a rate signal
-		// for rampup, which came before the 429 (go-chi/httprate's
-		// X-RateLimit-Remaining: 0): it aims at few of them too. It is
-		// never an outage, as a 429 is not.
-		spent := !signal && fb.Exhausted && fb.appliesTo(s.key)
-		verdict = s.rampup.onFeedback(now, &s.cfg, s.globalCap, rampupAnswer{started: t.Start, latency: fb.Latency, stated: fb.StatedRate,
-			signal: signal || spent, is429: fb.Status == http.StatusTooManyRequests || spent,
-			gated: gated && gate.Sub(now) >= rampupCycleMin, waited: waited(gated, gate, now), spent: spent})
-		if spent && verdict == rampupTook {
-			verdict = rampupLeft // backoff learns nothing from a success
-		}
-	}
-	switch {
-	case verdict == rampupTook:
-	case verdict == rampupOutage:
+	moved := a.signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
+	a.rampup = s.rampup.onAnswer(now, &s.cfg, &a)
+	if a.rampup == rampupOutage {
 		// Backoff returns to the pace rampup resumes at, not to the
 		// halved one of its last answers.
 		s.refresh()
-		resume, _ := s.delay()
-		s.backoff.onOutage(now, &s.cfg, resume)
-	case signal:
-		// A rate limit, never an outage: a 429, or a 5xx right after a
-		// success (a limiter refusing between its successes).
-		rateLimited := fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
-		s.backoff.onSignal(now, &s.cfg, t.Start, old, fb.Timeout, rateLimited, s.concurrency())
-	case fb.Err == nil && s.backoff.onSuccess(now):
+		a.delay, _ = s.delay()
+	}
+	if s.backoff.onAnswer(now, &s.cfg, &a) {
 		moved = true
 	}
-	if s.cfg.AutoThrottle.Enabled {
-		s.auto.onFeedback(&s.cfg, fb)
-	}
+	s.auto.onAnswer(now, &s.cfg, &a)
 	if moved {
 		s.refresh()
 	}
@@ -436,31 +407,8 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.adm.inFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
-			"signal", signal)
+			"signal", a.signal)
 	}
-}
-
-// waited is the server-given wait a gate set at now imposes; 0 when none.
-func waited(gated bool, gate, now time.Time) time.Duration {
-	if !gated {
-		return 0
-	}
-	return gate.Sub(now)
-}
-
-// isSignal reports whether fb is a backoff signal for this scope.
-func (s *defaultScope) isSignal(fb *Feedback) bool {
-	return fb.appliesTo(s.key) && (fb.Backoff || s.backoff.isSignalStatus(&s.cfg, fb.Status))
-}
-
-// gateFor returns the server gate fb sets on this scope, if any: a
-// server-given wait that comes with a backoff signal or says the quota is
-// spent, capped at Backoff.MaxDelay.
-func (s *defaultScope) gateFor(now time.Time, fb *Feedback) (time.Time, bool) {
-	if fb.HasWait && fb.appliesTo(s.key) && (fb.Exhausted || s.isSignal(fb)) {
-		return now.Add(min(fb.Wait, s.cfg.Backoff.MaxDelay)), true
-	}
-	return time.Time{}, false
 }
 
 func (s *defaultScope) setGate(t time.Time) { s.adm.setGate(t) }

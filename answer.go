@@ -1,0 +1,61 @@
+package throttle
+
+import (
+	"net/http"
+	"time"
+)
+
+// answer is one response as a scope's policies learn from it: the
+// Feedback read once for this scope, and the pace the scope had when it
+// came. AutoThrottle, backoff and rampup are the same kind of state
+// machine: each is configured from the ScopeConfig (configure), fed each
+// answer at its time (onAnswer), rolls its windows forward at a time
+// (tick), and reports whether it holds anything learned (learned); none
+// reads a clock. The scope feeds rampup first, then backoff, then
+// AutoThrottle, and an answer carries rampup's verdict to backoff: rampup
+// owns the rate signals it acts on, backoff what remains.
+type answer struct {
+	started time.Time     // when its request started
+	latency time.Duration // how long the server took
+	status  int           // the response's status; 0: a transport error
+	failed  bool          // a transport error
+	timeout bool          // a transport timeout
+	// signal says it is a backoff signal for this scope (see
+	// backoff.isSignal); rateLimited that it is a rate limit, never an
+	// outage: a 429, or a 5xx right after a success (a limiter refusing
+	// between its successes).
+	signal, rateLimited bool
+	// spent says it is a success whose headers say the scope's quota is
+	// spent (X-RateLimit-Remaining: 0 and the like).
+	spent bool
+	// gated says it gates the scope with a server-given wait, gate long.
+	gated bool
+	gate  time.Duration
+	// stated is the rate the server states it allows (Feedback.StatedRate).
+	stated float64
+
+	// The scope when it came: its delay and concurrency in effect, and
+	// the manager's GlobalConcurrency (rampup's cap on slots).
+	delay     time.Duration
+	conc      int
+	globalCap int
+
+	// rampup is rampup's verdict on it, for backoff (rampupLeft when
+	// rampup is off).
+	rampup rampupVerdict
+}
+
+// answerFor reads fb for the scope at now: the answer to the request of
+// ticket t. prevSignal says the scope's previous answer was a signal.
+func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSignal bool) answer {
+	signal := s.backoff.isSignal(&s.cfg, s.key, fb)
+	a := answer{started: t.Start, latency: fb.Latency, status: fb.Status, failed: fb.Err != nil, timeout: fb.Timeout,
+		signal: signal, stated: fb.StatedRate, globalCap: s.globalCap, conc: s.concurrency()}
+	a.delay, _ = s.delay()
+	a.rateLimited = fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
+	a.spent = !signal && fb.Exhausted && fb.appliesTo(s.key)
+	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb); ok {
+		a.gated, a.gate = true, gate.Sub(now)
+	}
+	return a
+}
