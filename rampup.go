@@ -44,8 +44,11 @@ import (
 //     converged, the rate is judged once per window, aiming at MinSignals
 //     to MaxSignals backoff signals per window: a window with fewer probes
 //     the bad rate (spending about one signal a window to follow a limit
-//     that rises), and once that proves good, climbs by 5, 10, 20 ... %
-//     per window; failed probes come 1, 3, 7 ... windows apart, and at
+//     that rises), and once that proves good, climbs by 5, 10, then 20 %
+//     per window; a refused probe returns to half the good rate until the
+//     next success, then to the good rate (a limiter that counts refused
+//     requests too stays shut while the client knocks near its limit);
+//     failed probes come 1, 3, 7 ... windows apart, and at
 //     least as far apart as their cost in signals (half of rate x latency
 //     against a strict limiter). A window with more signals than the
 //     target steps the rate down by 5 %, or to just below the 2xx rate it
@@ -159,8 +162,17 @@ const (
 	// of the rate.
 	rampupStepDown = 0.05
 	// rampupClimb is the first climb of a quiet steady window once the
-	// bad rate proved good (the limit rose): 5 %, doubling per window.
+	// bad rate proved good (the limit rose): 5 %, doubling per window up
+	// to rampupClimbMax.
 	rampupClimb = 0.05
+	// rampupClimbMax caps those climbs at 20 % a window. Doubling without
+	// a cap reached 40 % by the fourth window climbing from a low first
+	// estimate (63 % of HAProxy's limit: 5, 10, 20, then 40 % over 88 %),
+	// a probe 23 % over a limiter that counts refused requests too, whose
+	// refusals cost 6 signals in the minute (the field suite's haproxy-429
+	// case, once in four runs). At 20 % a probe overshoots a limit by 20 %
+	// at most, and a limit that doubled is still found in five windows.
+	rampupClimbMax = 0.2
 	// rampupConcGain sizes the slots: twice the rate times the latency.
 	rampupConcGain = 2
 	// rampupJitterMax is the widest jitter under rampup (see rampupJitter).
@@ -216,7 +228,7 @@ type rampup struct {
 	cycle    time.Time     // when the last such period ended (the first answer, before any)
 	cycleOK  int           // successes since
 	run      int           // backoff signals in a row, no success between
-	dip      bool          // halved for a 5xx at the steady rate, until the next answer
+	dip      bool          // halved (two 5xx at the steady rate, a refused steady probe) until the next success
 	stated   float64       // the lowest rate the server stated it allows; 0: none
 	memory   time.Duration // the last server-given wait: rounds last at least as long
 	run429   bool          // the run holds a 429: a rate limit, not an outage
@@ -437,7 +449,9 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			// The dip's 5xx was a refusal among successes, not an
 			// outage: back to the good rate.
 			r.dip = false
-			r.set(now, cfg, globalCap, max(r.rate, r.good))
+			if !r.dead { // else the period of refusals ends below, at the good rate or a cycle's
+				r.set(now, cfg, globalCap, max(r.rate, r.good))
+			}
 		}
 	} else {
 		r.run = min(r.run+1, outageRun)
@@ -512,6 +526,23 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			r.fails = min(r.fails+1, 5)
 			cost := math.Ceil(r.rate * r.lat.Seconds() / 2 / float64(cfg.Rampup.MaxSignals))
 			r.skip = int(min(max(float64(int(1)<<r.fails-1), cost-1), rampupMaxSkip))
+			// And at half the good rate until the next success: a
+			// limiter that counts refused requests too (HAProxy's
+			// stick tables) stays shut after a probe over its limit
+			// for as long as the client knocks at nearly that rate,
+			// and each knock is one more refusal (4-6 per failed probe
+			// at the good rate in the field suite's haproxy-429 case).
+			// A token bucket answers the next request at the good rate
+			// anyway: the first success restores it (see dip). Not for
+			// a success that says the quota is spent: the server's own
+			// gate holds the scope until its reset, and the spent
+			// answers that come before it in a row would end a round
+			// at the halved rate and take it for the limit.
+			if !ans.spent {
+				r.dip = true
+				r.set(now, cfg, globalCap, r.good/2)
+				return rampupTook
+			}
 		}
 		r.set(now, cfg, globalCap, r.good)
 		return rampupTook
@@ -603,7 +634,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, globalCap int) {
 // of the search, lengthen the cycle, and at the low rate no refusal comes
 // to correct it. So until a signal comes, the steady state judges the
 // first estimate in windows of one cycle rather than of Window, and
-// climbs from it (5, 10, 20 % ...) a cycle apart, not a minute apart.
+// climbs from it (5, 10, then 20 %) a cycle apart, not a minute apart.
 // Later cycles settle at no less than the rate a quiet steady window of a
 // cycle or more proved. Against 50 requests in any 10 s, refused ones
 // counted, the first estimate is 75 % of the limit; the scope held 64-77 %
@@ -765,7 +796,7 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 		r.set(now, cfg, globalCap, r.bad) // spend the target signal on the bad rate
 	default:
 		r.bad, r.fails = 0, 0 // the bad rate proved good: the limit rose
-		r.climb = max(2*r.climb, rampupClimb)
+		r.climb = min(max(2*r.climb, rampupClimb), rampupClimbMax)
 		r.set(now, cfg, globalCap, r.good*(1+r.climb))
 	}
 }

@@ -539,3 +539,68 @@ func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, wo
 	}
 	return run
 }
+
+// settledAt puts the policy's rampup in its steady state at rate good,
+// with no bad rate known, and starts a window.
+func (p *policy) settledAt(good float64) *rampup {
+	r := p.s.rampup
+	r.rate, r.good, r.settled = good, good, true
+	r.changed = p.now
+	p.s.refresh()
+	r.newWindow(p.now)
+	return r
+}
+
+// steadyWindow answers a window's requests paced at the rate, all 200,
+// then closes the window.
+func (p *policy) steadyWindow() {
+	gap := time.Duration(float64(time.Second) / p.rate())
+	for end := p.now.Add(p.s.cfg.Window); p.now.Before(end); p.now = p.now.Add(gap) {
+		p.answer(p.now.Add(-10*ms), ok)
+	}
+	p.s.tick(p.now)
+}
+
+// TestRampupSteadyClimbsCapped: quiet steady windows climb 5, 10, then
+// 20 % per window, never more: doubling on (40 %) overshot HAProxy's
+// limit by 23 % from a first estimate of 63 % of it.
+func TestRampupSteadyClimbsCapped(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.settledAt(10)
+	var climbs []float64
+	for range 5 {
+		before := p.rate()
+		p.steadyWindow()
+		climbs = append(climbs, math.Round(100*(p.rate()/before-1)))
+	}
+	assert.Equal(t, []float64{5, 10, 20, 20, 20}, climbs)
+}
+
+// TestRampupFailedSteadyProbeDips: a steady probe above the good rate
+// refused with a 429 goes back to half the good rate until the next
+// success, which restores the good rate (a limiter that counts refused
+// requests stays shut while the client knocks near its limit); a probe
+// answered by a success that says the quota is spent goes back to the
+// good rate at once (the server's gate holds the scope meanwhile).
+func TestRampupFailedSteadyProbeDips(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.settledAt(10)
+	p.steadyWindow()
+	require.InDelta(t, 10.5, p.rate(), 1e-9, "a quiet window probes 5 % above")
+	p.now = p.now.Add(time.Second)
+	p.answer(p.now.Add(-10*ms), tooMany)
+	assert.Equal(t, 5.0, p.rate(), "half the good rate")
+	assert.Equal(t, 10.5, r.bad)
+	p.now = p.now.Add(time.Second)
+	p.answer(p.now.Add(-10*ms), ok)
+	assert.Equal(t, 10.0, p.rate(), "the next success restores the good rate")
+
+	p = newPolicy(t, rampConfig())
+	r = p.settledAt(10)
+	p.steadyWindow()
+	require.InDelta(t, 10.5, p.rate(), 1e-9)
+	p.now = p.now.Add(time.Second)
+	p.answer(p.now.Add(-10*ms), Feedback{Status: 200, Exhausted: true})
+	assert.Equal(t, 10.0, p.rate(), "a spent quota's success: back to the good rate, no dip")
+	assert.False(t, r.dip)
+}
