@@ -49,11 +49,17 @@ const workerEnv = "REDISSTORE_TEST_WORKER"
 // microseconds) from a worker to the test server.
 const hdrAcquired = "X-Throttle-Acquired"
 
+// hdrScope names a request's scope, when the worker set one
+// (workerSpec.Scopes).
+const hdrScope = "X-Throttle-Scope"
+
 // workerSpec is a worker process's job.
 type workerSpec struct {
 	Mode        string // "limits" or "hold"
 	ID          int
-	Addr        string // Redis
+	Addr        string   // Redis
+	Cluster     []string // Redis Cluster, instead of Addr: its nodes' addresses
+	Scopes      []string // limits: when set, request i has the one scope Scopes[i%len(Scopes)]
 	Prefix      string
 	URL         string // what to request (limits) or whose scope to hold (hold)
 	Requests    int    // limits: requests of this worker
@@ -74,7 +80,12 @@ func TestWorkerProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		t.Fatal(err)
 	}
-	store, _ := dialStore(t, spec.Addr, redisstore.Options{Prefix: spec.Prefix, LeaseTTL: spec.LeaseTTL})
+	var store *redisstore.Store
+	if len(spec.Cluster) > 0 {
+		store, _ = dialClusterStore(t, spec.Cluster, redisstore.Options{Prefix: spec.Prefix, LeaseTTL: spec.LeaseTTL})
+	} else {
+		store, _ = dialStore(t, spec.Addr, redisstore.Options{Prefix: spec.Prefix, LeaseTTL: spec.LeaseTTL})
+	}
 	m := fleetManager(t, store, spec.Concurrency, spec.Delay, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second) // hang detector
 	defer cancel()
@@ -90,7 +101,7 @@ func TestWorkerProcess(t *testing.T) {
 
 // limitsWorker makes spec.Requests requests to spec.URL from
 // spec.Goroutines goroutines, each with its permit's Acquired time in a
-// header.
+// header (and its scope, round robin over spec.Scopes when set).
 func limitsWorker(ctx context.Context, t *testing.T, m *throttle.ThrottlingManager, spec workerSpec) {
 	tr := &http.Transport{MaxIdleConnsPerHost: spec.Concurrency}
 	defer tr.CloseIdleConnections()
@@ -99,8 +110,8 @@ func limitsWorker(ctx context.Context, t *testing.T, m *throttle.ThrottlingManag
 	var wg sync.WaitGroup
 	for range spec.Goroutines {
 		wg.Go(func() {
-			for next.Add(1) <= int64(spec.Requests) {
-				if err := limitsRequest(ctx, m, client, spec); err != nil {
+			for i := next.Add(1); i <= int64(spec.Requests); i = next.Add(1) {
+				if err := limitsRequest(ctx, m, client, spec, int(i)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -110,7 +121,13 @@ func limitsWorker(ctx context.Context, t *testing.T, m *throttle.ThrottlingManag
 	wg.Wait()
 }
 
-func limitsRequest(ctx context.Context, m *throttle.ThrottlingManager, client *http.Client, spec workerSpec) error {
+// limitsRequest makes the worker's request i (from 1).
+func limitsRequest(ctx context.Context, m *throttle.ThrottlingManager, client *http.Client, spec workerSpec, i int) error {
+	var scope string
+	if len(spec.Scopes) > 0 {
+		scope = spec.Scopes[i%len(spec.Scopes)]
+		ctx = throttle.WithScopes(ctx, scope)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.URL, nil)
 	if err != nil {
 		return err
@@ -121,6 +138,9 @@ func limitsRequest(ctx context.Context, m *throttle.ThrottlingManager, client *h
 	}
 	req.Header.Set(hdrAcquired, strconv.FormatInt(p.Acquired().UnixMicro(), 10))
 	req.Header.Set("X-Worker", strconv.Itoa(spec.ID))
+	if scope != "" {
+		req.Header.Set(hdrScope, scope)
+	}
 	resp, err := client.Do(req)
 	if err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -1007,7 +1027,7 @@ func toAny(ss []string) []any {
 
 // leaseExpiries returns the expiries of the leases held in scope's hash
 // (its "L:" fields), earliest first.
-func leaseExpiries(t *testing.T, rdb *redis.Client, store *redisstore.Store, scope string) []time.Time {
+func leaseExpiries(t *testing.T, rdb redis.Cmdable, store *redisstore.Store, scope string) []time.Time {
 	t.Helper()
 	fields, err := rdb.HGetAll(context.Background(), store.Key(scope)).Result()
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,35 +53,59 @@ type call struct {
 	scopes []throttle.StoreScope
 }
 
-// run has c sent by the senders and waits for its reply or the end of
-// ctx. After Close the caller sends it itself.
-func (s *Store) run(ctx context.Context, c *call) error {
+// run has c sent by the senders and waits for its reply, the end of ctx
+// or dl (the call's bound), whichever comes first. After Close the caller
+// sends it itself.
+func (s *Store) run(ctx context.Context, dl time.Time, c *call) error {
 	// qmu orders enqueueing before Close: every call queued before it is
 	// in the channel when the senders drain it.
 	s.qmu.RLock()
 	if s.qclosed {
 		s.qmu.RUnlock()
+		ctx, cancel := context.WithDeadline(ctx, dl)
+		defer cancel()
 		return s.runDirect(ctx, c)
 	}
 	c.done = make(chan struct{})
+	t := waitTimers.Get().(*time.Timer)
+	t.Reset(time.Until(dl))
+	defer func() {
+		t.Stop()
+		waitTimers.Put(t)
+	}()
 	select {
 	case s.queue <- c:
 		s.qmu.RUnlock()
 	case <-ctx.Done():
 		s.qmu.RUnlock()
 		return ctx.Err()
+	case <-t.C:
+		s.qmu.RUnlock()
+		return context.DeadlineExceeded
 	}
+	var err error
 	select {
 	case <-c.done:
 		return c.cmd.Err()
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(callWaiting, callLeft) {
-			return ctx.Err()
-		}
-		<-c.done // the sender claimed the reply meanwhile: it is there
-		return c.cmd.Err()
+		err = ctx.Err()
+	case <-t.C:
+		err = context.DeadlineExceeded
 	}
+	if c.state.CompareAndSwap(callWaiting, callLeft) {
+		return err
+	}
+	<-c.done // the sender claimed the reply meanwhile: it is there
+	return c.cmd.Err()
 }
+
+// waitTimers are run's timers, reused: a call's bound costs no allocation
+// (a stopped timer keeps no stale tick since Go 1.23).
+var waitTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // runDirect runs c on the caller's goroutine.
 func (s *Store) runDirect(ctx context.Context, c *call) error {
