@@ -821,7 +821,7 @@ type coldTarget struct{ cold, share, signals float64 }
 //   - 50 in any 10 s, refused requests counted (HAProxy's stick table):
 //     the first cycle's estimate is 75 % of the limit, the climbs from it
 //     come a cycle apart, a failed one costs two windows at the rate
-//     before it; 90 % of the limit after 280 s, 92.7 % after the second
+//     before it; 90 % of the limit after 280 s, 93.9 % after the second
 //     minute on (it was 64-77 %).
 var coldGaps = map[string]coldTarget{
 	"cold-1rps-b0-50ms":      {cold: 90, share: 0.95, signals: 2},
