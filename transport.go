@@ -60,6 +60,16 @@ func (m *ThrottlingManager) Transport(base http.RoundTripper) *Transport {
 	return &Transport{m: m, base: base}
 }
 
+// CloseIdleConnections closes the base RoundTripper's idle connections
+// when it has that method (as *http.Transport does), so that
+// http.Client.CloseIdleConnections reaches it through the throttle.
+func (t *Transport) CloseIdleConnections() {
+	type closeIdler interface{ CloseIdleConnections() }
+	if ci, ok := t.base.(closeIdler); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req == nil {

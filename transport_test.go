@@ -349,3 +349,40 @@ func TestTransportRedirectWaitDoesNotBlockScope(t *testing.T) {
 		<-done
 	})
 }
+
+// TestTransportCloseIdleConnections: http.Client.CloseIdleConnections
+// reaches the base transport through the throttle's Transport (a user's
+// crawler closing its client left the base's keep-alive connections
+// open), and a base without the method is left alone.
+func TestTransportCloseIdleConnections(t *testing.T) {
+	var closed atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	cfg := plainConfig()
+	cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+	m := newManager(t, cfg)
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: m.Transport(base)}
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.Zero(t, closed.Load(), "kept alive")
+	client.CloseIdleConnections()
+	require.Eventually(t, func() bool { return closed.Load() == 1 }, 5*time.Second, time.Millisecond,
+		"the server saw the idle connection closed")
+
+	// A base RoundTripper without CloseIdleConnections: nothing to do.
+	(&http.Client{Transport: m.Transport(fakeRT(func(req *http.Request) (*http.Response, error) {
+		return respond(req, 200, ""), nil
+	}))}).CloseIdleConnections()
+}
