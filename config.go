@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -193,22 +192,6 @@ func DefaultScopeConfig() ScopeConfig {
 		Rampup:       DefaultRampupConfig(),
 	}
 }
-
-// ErrInvalidConfig is wrapped by every *ConfigError.
-var ErrInvalidConfig = errors.New("throttle: invalid config")
-
-// A ConfigError names the configuration field that is invalid and why.
-type ConfigError struct {
-	Field  string // e.g. `Scopes["api"].Delay`
-	Reason string // e.g. "must be >= 0"
-}
-
-// Error names the field and the reason, e.g.
-// `throttle: Scopes["api"].Delay: must be >= 0`.
-func (e *ConfigError) Error() string { return "throttle: " + e.Field + ": " + e.Reason }
-
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // validate checks the manager-wide fields and every ScopeConfig.
 func (c *Config) validate() error {

@@ -3,7 +3,6 @@ package throttle
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -39,9 +38,6 @@ type exportScope struct {
 // maxImportSkew is how far in the future an imported time may be: the
 // clocks of the exporting and importing machines may disagree.
 const maxImportSkew = 24 * time.Hour
-
-// ErrImport is wrapped by every error Import returns about its input.
-var ErrImport = errors.New("throttle: cannot import learned state")
 
 // Export writes the learned state of every scope that has learned
 // something, as versioned JSON, for Import in a later run: a restarted

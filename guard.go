@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -16,21 +15,6 @@ import (
 type guarded struct {
 	ScopeManager // the user's; scope.mgr holds it too
 	panicked     atomic.Pointer[ScopeManagerPanic]
-}
-
-// ScopeManagerPanic is what Acquire, Release and SetScopeConfig panic with
-// when a custom ScopeManager panicked: the scope, the method and the value,
-// raised again after the manager released its locks and the request's
-// slots.
-type ScopeManagerPanic struct {
-	Scope  string
-	Method string
-	Value  any
-}
-
-// Error describes the panic.
-func (p *ScopeManagerPanic) Error() string {
-	return fmt.Sprintf("throttle: the ScopeManager of scope %q panicked in %s: %v", p.Scope, p.Method, p.Value)
 }
 
 func (g *guarded) catch(key, method string) {

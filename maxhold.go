@@ -1,16 +1,11 @@
 package throttle
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// ErrHeldTooLong is the error of the feedback a permit is released with
-// when Config.MaxHold reclaims it.
-var ErrHeldTooLong = errors.New("throttle: permit held longer than MaxHold, reclaimed")
 
 // holds lists the permits held, oldest first, when Config.MaxHold is set:
 // a body that never ends (a tarpit) would otherwise hold its slots until

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -34,17 +33,6 @@ type Scope struct {
 // least one scope, or an error; Acquire returns that error wrapped. A Scoper
 // may be called concurrently. Config.Scoper nil means HostScope.
 type Scoper func(req *http.Request) ([]Scope, error)
-
-// Errors returned by scopers and by Acquire for requests that cannot be scoped.
-var (
-	ErrNilRequest    = errors.New("throttle: nil request")
-	ErrNoHost        = errors.New("throttle: request URL has no host")
-	ErrInvalidHost   = errors.New("throttle: invalid host")
-	ErrNoScope       = errors.New("throttle: request has no scope")
-	ErrEmptyScopeKey = errors.New("throttle: empty scope key")
-	ErrTooManyScopes = fmt.Errorf("throttle: more than %d scopes for one request", MaxScopesPerRequest)
-	ErrNegativeCost  = errors.New("throttle: negative scope cost")
-)
 
 // HostScope is the default Scoper: one scope, the request URL's host as
 // NormalizeHost gives it.

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -158,22 +157,3 @@ const (
 	// alone: a fleet of N may send N times the shared rate.
 	FallbackLocal
 )
-
-// ErrStoreUnavailable is matched (errors.Is) by every *StoreError.
-var ErrStoreUnavailable = errors.New("throttle: store unavailable")
-
-// A StoreError is returned by Acquire when the Store failed and
-// Config.StoreFailure is FailClosed. It wraps the store's error.
-type StoreError struct {
-	Op  string // "admit" or "release"
-	Err error
-}
-
-// Error names the operation and the store's error.
-func (e *StoreError) Error() string { return "throttle: store " + e.Op + ": " + e.Err.Error() }
-
-// Unwrap returns the store's error.
-func (e *StoreError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrStoreUnavailable.
-func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }

@@ -1,0 +1,552 @@
+// This file holds the admission loop: Acquire and TryAcquire resolve a
+// request's scopes into a Permit, then admit it when every scope and the
+// global cap admit it at the same instant, or queue the caller in each
+// scope and wait, with at most one timer.
+
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Acquire blocks until every scope of req admits it, then returns a Permit
+// that the caller must Release. The scopes come from WithScopes on ctx or
+// on req's context, else from the Scoper.
+//
+// It returns an error wrapping ctx.Err() when ctx ends first, and a
+// *WaitError wrapping context.DeadlineExceeded at once when ctx's deadline
+// falls before the earliest possible start. A caller that stops waiting
+// consumes nothing and holds no slot.
+func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
+	return m.acquire(ctx, req, time.Time{}, nil)
+}
+
+// acquire is Acquire for a request that may not start before notBefore,
+// going through rt (nil for manual callers).
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+	if !m.slowAcquire {
+		return m.acquireNow(ctx, req, notBefore, rt)
+	}
+	called := m.clock.Now()
+	if m.cfg.MaxHold > 0 {
+		m.reclaim(called)
+	}
+	p, err := m.acquireNow(ctx, req, notBefore, rt)
+	if err == nil {
+		m.admitted(p, called)
+	}
+	return p, err
+}
+
+// admitted does what a granted permit needs beyond the fast path
+// (m.slowAcquire): listing it for MaxHold, and the Admitted hook.
+func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
+	if m.cfg.MaxHold > 0 {
+		m.holds.add(p, m.clock.Now())
+	}
+	if m.cfg.Hooks.Admitted == nil {
+		return
+	}
+	ok := false
+	defer func() {
+		if !ok { // the hook panicked: the caller never gets p, so give it back
+			p.ReleaseFeedback(Feedback{NoAdjust: true})
+		}
+	}()
+	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called))})
+	ok = true
+}
+
+// acquireNow is acquire without what m.slowAcquire adds.
+func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &WaitError{Err: err}
+	}
+	now := m.clock.Now()
+	if m.robots != nil && req != nil && m.robots.ensure(ctx, req, rt, now) {
+		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
+			return nil, &WaitError{Reason: ReasonRobots, Err: err}
+		}
+		now = m.clock.Now()
+	}
+	p, err := m.newPermit(ctx, req, now, false)
+	if err != nil {
+		return nil, err
+	}
+	if m.shared != nil && m.useStore(now) {
+		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
+			return p, err
+		}
+	}
+	if !notBefore.IsZero() && notBefore.After(now) { // IsZero: inline, After: a call
+		return m.wait(ctx, p, notBefore)
+	}
+	ok, adm, who := m.tryFast(p, now)
+	if ok {
+		return p, nil
+	}
+	if err := m.refusing(p.scopes, now, adm); err != nil {
+		return nil, err
+	}
+	if dl, has := ctx.Deadline(); has && !adm.At.IsZero() && dl.Before(adm.At) {
+		return nil, &WaitError{Scope: scopeKey(p.scopes, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+	}
+	return m.wait(ctx, p, time.Time{})
+}
+
+// TryAcquire never blocks. It returns a Permit if req can start now;
+// otherwise nil and when it could start: Admission.At is the earliest time
+// worth trying again, zero when the request waits for a Release (a slot, a
+// quota correction) or behind callers blocked in Acquire. With a Store, a
+// request waiting for a slot may get a fallback time instead of zero (for
+// redisstore the earliest lease expiry, when a dead worker's slot frees). A crawler with
+// many hosts can keep a ready-time queue with it instead of parking a
+// goroutine per request.
+func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
+	ctx := context.Background()
+	if req != nil {
+		ctx = req.Context()
+	}
+	now := m.clock.Now()
+	if m.cfg.MaxHold > 0 {
+		m.reclaim(now)
+	}
+	p, err := m.newPermit(ctx, req, now, true)
+	if err != nil {
+		return nil, Admission{}, err
+	}
+	var ok bool
+	var adm Admission
+	if m.shared != nil && m.useStore(now) {
+		ok, adm, err = m.tryShared(ctx, p)
+		if err == errUseLocal {
+			ok, adm, _ = m.tryFast(p, now)
+		} else if err != nil {
+			*p = Permit{}
+			unusedPermits.Put(p)
+			return nil, Admission{}, err
+		}
+	} else {
+		ok, adm, _ = m.tryFast(p, now)
+	}
+	if !ok {
+		err := m.refusing(p.scopes, now, adm)
+		// Never handed out: safe to reuse, unlike a released Permit a
+		// caller may still hold.
+		*p = Permit{}
+		unusedPermits.Put(p)
+		return nil, adm, err
+	}
+	if m.slowAcquire {
+		m.admitted(p, now)
+	}
+	return p, Admission{}, nil
+}
+
+// unusedPermits recycles permits that TryAcquire made but never returned,
+// so a crawler polling a busy scope allocates nothing.
+var unusedPermits = sync.Pool{New: func() any { return new(Permit) }}
+
+// newPermit resolves req's scopes into a permit that holds nothing yet.
+// pooled takes the Permit from unusedPermits (TryAcquire, which returns it
+// there when it refuses).
+func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time, pooled bool) (*Permit, error) {
+	if req == nil {
+		return nil, ErrNilRequest
+	}
+	if now.UnixNano()-m.sweepNext.Load() >= 0 {
+		m.sweepStep(now)
+	}
+	var p *Permit
+	if pooled {
+		p = unusedPermits.Get().(*Permit)
+		p.m = m
+	} else {
+		p = &Permit{m: m}
+	}
+	rctx := req.Context()
+	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
+	scopes, fromCtx := ScopesFromContext(ctx)
+	if !fromCtx && other {
+		scopes, fromCtx = ScopesFromContext(rctx)
+	}
+	p.noAdjust = noAdjust(ctx) || (other && noAdjust(rctx))
+	switch {
+	case fromCtx:
+	case m.cfg.Scoper == nil:
+		h, err := RequestHost(req)
+		if err != nil {
+			return nil, err
+		}
+		p.scopes = p.one[:1]
+		p.scopes[0].cost = 1
+		s, err := m.lookup(h, now)
+		if err != nil {
+			return nil, err
+		}
+		p.scopes[0].s = s
+		return p, nil
+	default:
+		var err error
+		if scopes, err = m.callScoper(req); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.resolve(p, scopes, now); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error) {
+	s, err = m.cfg.Scoper(req)
+	if err != nil {
+		return nil, fmt.Errorf("throttle: scoper: %w", err)
+	}
+	return s, nil
+}
+
+// resolve checks scopes and fills p.scopes, sorted by key (the lock order)
+// with duplicates merged.
+func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) error {
+	switch {
+	case len(scopes) == 0:
+		return ErrNoScope
+	case len(scopes) > MaxScopesPerRequest:
+		return ErrTooManyScopes
+	}
+	for _, sc := range scopes {
+		if sc.Key == "" {
+			return ErrEmptyScopeKey
+		}
+		if sc.Cost < 0 {
+			return fmt.Errorf("%w: %q costs %d", ErrNegativeCost, sc.Key, sc.Cost)
+		}
+	}
+	if len(scopes) == 1 {
+		p.scopes = p.one[:1]
+	} else {
+		p.scopes = make([]held, 0, len(scopes))
+	}
+	p.scopes = p.scopes[:0]
+	for _, sc := range scopes {
+		cost := max(sc.Cost, 1)
+		if i := slices.IndexFunc(p.scopes, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
+			p.scopes[i].cost += cost
+			continue
+		}
+		s, err := m.lookup(sc.Key, now)
+		if err != nil {
+			return err
+		}
+		p.scopes = append(p.scopes, held{s: s, cost: cost})
+	}
+	slices.SortFunc(p.scopes, func(a, b held) int {
+		switch {
+		case a.s.key < b.s.key:
+			return -1
+		case a.s.key > b.s.key:
+			return 1
+		}
+		return 0
+	})
+	return nil
+}
+
+func lockAll(hs []held) {
+	for i := range hs {
+		hs[i].s.mu.Lock()
+	}
+}
+
+func unlockAll(hs []held) {
+	for i := range hs {
+		hs[i].s.mu.Unlock()
+	}
+}
+
+// relock locks hs's scopes, first replacing any that were forgotten for
+// idleness since they were looked up.
+func (m *ThrottlingManager) relock(hs []held, now time.Time) error {
+	for {
+		lockAll(hs)
+		dead := slices.IndexFunc(hs, func(h held) bool { return h.s.dead })
+		if dead < 0 {
+			return nil
+		}
+		unlockAll(hs)
+		s, err := m.lookup(hs[dead].s.key, now)
+		if err != nil {
+			return err
+		}
+		hs[dead].s = s
+	}
+}
+
+// evaluate decides, with hs's scopes locked, whether the request may start
+// at now. w is the waiter, nil for a caller not queued. It returns the
+// admission: ReasonNone to start now; otherwise At (zero: wait for a wake)
+// and the index of the scope that holds it back.
+func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.Time) (Admission, int) {
+	for i := range hs {
+		var mine *qnode
+		if w != nil {
+			mine = &w.nodes[i]
+		}
+		if mustWait(hs[i].s, mine) {
+			m.blockedBy(w, hs, i)
+			return Admission{Reason: ReasonQueue}, i
+		}
+	}
+	at, why, who := now, ReasonNone, -1
+	if !notBefore.IsZero() && notBefore.After(now) {
+		at, why, who = notBefore, ReasonGate, notBeforeBlocker
+	}
+	blocked := false
+	for i := range hs {
+		a := hs[i].s.admit(now, hs[i].cost)
+		switch {
+		case a.Reason == ReasonNone:
+		case a.At.IsZero():
+			if !blocked {
+				blocked, why, who = true, a.Reason, i
+			}
+		case !blocked && a.At.After(at):
+			at, why, who = a.At, a.Reason, i
+		case !blocked && !a.At.After(now) && !at.After(now):
+			// A custom policy said "not now" with a time that has come:
+			// don't spin, ask again shortly.
+			at, why, who = now.Add(time.Millisecond), a.Reason, i
+		}
+	}
+	m.blockedBy(w, hs, who)
+	if blocked {
+		return Admission{Reason: why}, who
+	}
+	if why == ReasonNone {
+		return Admission{}, -1
+	}
+	return Admission{At: at, Reason: why}, who
+}
+
+// notBeforeBlocker is the blocker index of a request held by its own
+// not-before time (a redirect's Retry-After): no scope's doing, so every
+// scope's other waiters may pass it, and its own timer wakes it.
+const notBeforeBlocker = -2
+
+// ownTime is the blocker of a waiter held by notBefore.
+var ownTime = &scope{key: "(redirect Retry-After)"}
+
+// blockedBy records which of w's scopes holds it back (i == -1: none of
+// them, or the global cap). When that changes, waiters behind w in its
+// other scopes may now pass it, so the first of them that needs each scope
+// is woken.
+func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
+	if w == nil {
+		return
+	}
+	var b *scope
+	switch {
+	case i >= 0:
+		b = hs[i].s
+	case i == notBeforeBlocker:
+		b = ownTime
+	}
+	if w.blocker == b {
+		return
+	}
+	w.blocker = b
+	if b == nil {
+		return
+	}
+	for j := range hs {
+		if hs[j].s != b && w.nodes[j].queued {
+			wakeNeeding(hs[j].s, w.nodes[j].next)
+		}
+	}
+}
+
+// start records the start in every scope of p.
+func (m *ThrottlingManager) start(p *Permit, now time.Time) {
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		if d, ok := h.s.mgr.(*defaultScope); ok {
+			d.start(&h.ticket, now, h.cost) // in place: see defaultScope.start
+		} else {
+			h.ticket = h.s.start(now, h.cost)
+		}
+		h.s.lastUsed = now.UnixNano()
+		h.s.counts.started()
+	}
+	p.acquired = now
+}
+
+// tryFast admits p at now if no one waits ahead of it and every scope and
+// the global cap admit it.
+func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, int) {
+	if err := m.relock(p.scopes, now); err != nil {
+		return false, Admission{}, -1
+	}
+	adm, who := m.evaluate(p.scopes, nil, now, time.Time{})
+	if adm.Reason == ReasonNone {
+		if m.global.tryFast() {
+			m.start(p, now)
+			unlockAll(p.scopes)
+			m.raiseAfterStart(p)
+			return true, adm, -1
+		}
+		adm = Admission{Reason: ReasonGlobal}
+	}
+	unlockAll(p.scopes)
+	m.raise(p.scopes)
+	return false, adm, who
+}
+
+// wait queues the caller in each scope of p and waits for its turn.
+func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
+	hs := p.scopes
+	w := newWaiter(len(hs))
+	now := m.clock.Now()
+	defer func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	}()
+	if err := m.countWaiting(); err != nil {
+		return nil, err
+	}
+	defer m.waiting.Add(-1)
+
+	if err := m.relock(hs, now); err != nil {
+		return nil, err
+	}
+	// The time is read with the scopes locked: a clock read before
+	// waiting for the locks may be stale by then (a fake clock that a
+	// test moves on meanwhile), and a start would be recorded, and the
+	// next wait timed, from a moment already past.
+	now = m.clock.Now()
+	for i := range hs {
+		hs[i].s.queue.push(&w.nodes[i])
+	}
+	for {
+		adm, who := m.evaluate(hs, w, now, notBefore)
+		if adm.Reason == ReasonNone {
+			if m.global.take(w) {
+				m.start(p, now)
+				m.dequeue(w, hs)
+				unlockAll(hs)
+				m.raiseAfterStart(p)
+				return p, nil
+			}
+			adm = Admission{Reason: ReasonGlobal}
+		} else {
+			m.global.leave(w) // not ready any more: give the global turn on
+		}
+		if dl, ok := ctx.Deadline(); ok && !adm.At.IsZero() && dl.Before(adm.At) {
+			m.dequeue(w, hs)
+			err := &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+			unlockAll(hs)
+			return nil, err
+		}
+		unlockAll(hs)
+		if m.guarded.Load() {
+			if pv := takePanic(hs); pv != nil {
+				lockAll(hs)
+				m.global.leave(w)
+				m.dequeue(w, hs)
+				unlockAll(hs)
+				panic(pv)
+			}
+		}
+
+		if adm.At.IsZero() && m.cfg.MaxHold > 0 {
+			// Waiting for a release: the oldest permit may be reclaimed
+			// first.
+			if dl := m.holdDeadline(); !dl.IsZero() {
+				adm.At = dl
+			}
+		}
+		var timerC <-chan time.Time
+		if !adm.At.IsZero() {
+			timerC = m.armUntil(&w.timer, adm.At)
+		} else if w.timer != nil {
+			w.timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			lockAll(hs)
+			m.global.leave(w)
+			m.dequeue(w, hs)
+			unlockAll(hs)
+			return nil, &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: ctx.Err()}
+		case <-w.wake:
+		case <-timerC:
+		}
+		if m.cfg.MaxHold > 0 {
+			m.reclaim(m.clock.Now())
+		}
+		lockAll(hs)
+		now = m.clock.Now() // with the scopes locked, as above
+	}
+}
+
+// Waiting returns the number of callers blocked in Acquire now.
+func (m *ThrottlingManager) Waiting() int { return int(m.waiting.Load()) }
+
+// armUntil sets *t to fire at the clock's time at, and returns its channel
+// (a ready one when at has come). A Clock's timers take durations, so the
+// duration is computed from the time read just before arming; if the clock
+// moved meanwhile (a fake clock advanced by a test's goroutine, which may
+// already have fired the previous timer), it is armed again from the new
+// time, so the timer is never late by the move, or, for a fake clock that
+// moved exactly to at, pending forever.
+func (m *ThrottlingManager) armUntil(t *Timer, at time.Time) <-chan time.Time {
+	for {
+		cur := m.clock.Now()
+		d := at.Sub(cur)
+		if d <= 0 {
+			if *t != nil {
+				(*t).Stop()
+			}
+			return readyTimeC
+		}
+		if *t == nil {
+			*t = m.clock.NewTimer(d)
+		} else {
+			(*t).Reset(d)
+		}
+		if m.clock.Now().Sub(cur) < time.Millisecond {
+			return (*t).C()
+		}
+	}
+}
+
+// readyTimeC is a channel that always has a value: a timer already due.
+var readyTimeC = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// dequeue takes w out of its scopes' queues and wakes, in each, the first
+// waiter that may need the place w leaves.
+func (m *ThrottlingManager) dequeue(w *waiter, hs []held) {
+	for i := range hs {
+		q := &hs[i].s.queue
+		if q.remove(&w.nodes[i]) || q.n > 0 {
+			wakeNeeding(hs[i].s, q.head)
+		}
+	}
+}
+
+func scopeKey(hs []held, i int) string {
+	if i < 0 || i >= len(hs) {
+		return "" // notBeforeBlocker, or unknown
+	}
+	return hs[i].s.key
+}

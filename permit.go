@@ -1,0 +1,211 @@
+// This file holds Permit and the release pipeline: Release and
+// ReleaseFeedback hand the response's Feedback to each scope's
+// ScopeManager, give the slots back, and tell the hooks and ReadyQueues.
+
+package throttle
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// A Permit is the right to send one request. It holds one slot in every
+// scope of the request until Release. Release is idempotent, and a Permit
+// is safe to release from any goroutine.
+type Permit struct {
+	m        *ThrottlingManager
+	scopes   []held
+	one      [1]held
+	acquired time.Time
+	released atomic.Bool
+	noAdjust bool
+
+	// ext holds what only a Store or MaxHold needs, so a plain Permit
+	// stays small (it is the one allocation of an Acquire).
+	ext *permitExt
+}
+
+// permitExt is the part of a Permit only a Store or MaxHold uses.
+type permitExt struct {
+	// With a Store: the lease, and the local clock when acquired (the
+	// Permit's acquired time is then the store's).
+	shared bool
+	lease  string
+	local  time.Time
+
+	// With Config.MaxHold: the manager's list of held permits.
+	hprev, hnext *Permit
+	hlocal       int64 // Unix ns when listed
+	hlisted      bool
+}
+
+// extension returns p's permitExt, making it.
+func (p *Permit) extension() *permitExt {
+	if p.ext == nil {
+		p.ext = new(permitExt)
+	}
+	return p.ext
+}
+
+// held is one scope a permit holds a slot in.
+type held struct {
+	s      *scope
+	cost   int64
+	ticket Ticket
+}
+
+// Acquired returns when the permit was granted.
+func (p *Permit) Acquired() time.Time { return p.acquired }
+
+// Scopes returns the keys of the permit's scopes, sorted.
+func (p *Permit) Scopes() []string {
+	keys := make([]string, len(p.scopes))
+	for i, h := range p.scopes {
+		keys[i] = h.s.key
+	}
+	return keys
+}
+
+// Release gives the permit's slots back and reports the outcome of the
+// request: the response, or the error, that the request ended with. The
+// latency is the time since Acquire returned. Calls after the first do
+// nothing.
+func (p *Permit) Release(resp *http.Response, err error) {
+	if p == nil || p.released.Load() {
+		return
+	}
+	now := p.m.clock.Now()
+	// The Feedback is built in place and passed on by pointer. Returned and
+	// passed by value, its 120 bytes were copied twice, with wide loads of
+	// fields just written by narrow stores, which the CPU cannot forward:
+	// a stall at each copy.
+	var fb Feedback
+	if !p.m.customFeedback {
+		defaultFeedback(&fb, now, resp, err)
+		p.done(now, &fb, true)
+		return
+	}
+	fb, pv := p.m.safeFeedback(now, resp, err)
+	p.done(now, &fb, true)
+	if pv != nil {
+		panic(pv) // the slots are given back; the user's bug surfaces
+	}
+}
+
+// safeFeedback calls a user's FeedbackFunc; if it panics, the permit is
+// released with no feedback (NoAdjust) before the panic goes on.
+func (m *ThrottlingManager) safeFeedback(now time.Time, resp *http.Response, err error) (fb Feedback, pv any) {
+	defer func() {
+		if r := recover(); r != nil {
+			fb, pv = Feedback{Err: err, NoAdjust: true}, r
+		}
+	}()
+	return m.feedback(now, resp, err), nil
+}
+
+// ReleaseFeedback is Release with feedback the caller built: a zero
+// Latency is replaced by the time since Acquire returned. Calls after the
+// first Release or ReleaseFeedback do nothing.
+func (p *Permit) ReleaseFeedback(fb Feedback) {
+	if p == nil || p.released.Load() {
+		return
+	}
+	p.done(p.m.clock.Now(), &fb, true)
+}
+
+// doneAt is done with a copy of fb.
+func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
+	p.done(now, &fb, fillLatency)
+}
+
+// done releases the permit at now with *fb, which it may change;
+// fillLatency replaces a zero Latency with the time since Acquire returned.
+func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
+	if !p.released.CompareAndSwap(false, true) {
+		return
+	}
+	if fillLatency && fb.Latency == 0 {
+		if e := p.ext; e != nil && e.shared {
+			fb.Latency = now.Sub(e.local)
+		} else {
+			fb.Latency = now.Sub(p.acquired)
+		}
+	}
+	if p.noAdjust {
+		fb.NoAdjust = true
+	}
+	p.m.release(p, now, fb)
+}
+
+// release gives p's slots back and hands fb to each scope's Finish.
+//
+// fb stays on the caller's stack: the default ScopeManager is called
+// directly, and its Finish keeps no pointer to fb. A custom ScopeManager,
+// called through the interface, may keep it, so it gets a heap copy, made
+// once per release and passed to every later scope of p (default ones
+// too), so each scope sees what an earlier one changed. Keeping the
+// Feedback in the Permit instead would make the Permit 248 bytes, not 128:
+// that costs every Acquire more than the copy costs a custom policy.
+func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
+	if e := p.ext; e != nil {
+		if e.hlisted {
+			m.holds.remove(p)
+		}
+		if e.shared {
+			cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
+			m.releaseShared(p, now, &cp)
+			m.notifyRelease(p.scopes) // readyqueue.go
+			return
+		}
+	}
+	watch := m.cfg.Hooks.watchesPolicy()
+	var ev hookEvents
+	var shared *Feedback
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		h.s.mu.Lock()
+		var before policySnap
+		if watch {
+			before, _ = snapOf(h.s)
+		}
+		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
+			d.Finish(now, h.ticket, fb)
+		} else {
+			if shared == nil {
+				shared = new(Feedback)
+				*shared = *fb
+				fb = shared // later scopes see what this one changed
+			}
+			h.s.finish(now, h.ticket, shared)
+		}
+		h.s.lastUsed = now.UnixNano()
+		signal := signalOf(h.s, fb)
+		h.s.counts.finished(now, fb, signal)
+		if h.s.counts.requests == ineffectiveAfter {
+			m.checkIneffective(h.s)
+		}
+		if watch {
+			ev.observe(h.s, before, fb, signal)
+		}
+		wakeNeeding(h.s, h.s.queue.head)
+		h.s.mu.Unlock()
+	}
+	m.global.release()
+	if watch || m.cfg.Hooks.Released != nil || m.hasPending.Load() {
+		m.afterRelease(p, fb, &ev, watch)
+	}
+	m.notifyRelease(p.scopes) // after the slots are free; readyqueue.go
+	m.raise(p.scopes)
+}
+
+// afterRelease calls the hooks of a release, with no lock held.
+func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents, watch bool) {
+	if watch {
+		m.fire(ev)
+	}
+	if h := m.cfg.Hooks.Released; h != nil {
+		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency})
+	}
+	m.flushWarnings()
+}

@@ -1,0 +1,261 @@
+// This file holds the scope registry: the sharded table of scopes, their
+// lookup and creation (scopeConfig, newScope), and forgetting idle scopes
+// (sweep, LRU eviction under MaxScopes).
+
+package throttle
+
+import (
+	"cmp"
+	"hash/fnv"
+	"hash/maphash"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const numShards = 64
+
+// shard is one part of the scope map, so lookups of different scopes don't
+// contend on one lock.
+type shard struct {
+	mu      sync.RWMutex
+	m       map[string]*scope
+	sweepAt time.Time
+	peak    int // the most scopes m held since it was made
+	// forgotten holds the counts of the scopes forgotten from m.
+	forgotten *Counts
+	_         [128 - 72]byte // one shard per pair of cache lines: no false sharing
+}
+
+// forget removes s from sh (locked, as s), keeping its counts.
+func (sh *shard) forget(s *scope) {
+	s.dead = true
+	delete(sh.m, s.key)
+	if sh.forgotten == nil {
+		sh.forgotten = new(Counts)
+	}
+	c := s.counts.counts()
+	sh.forgotten.add(&c)
+}
+
+// scope is one scope's entry: its policy, its FIFO of waiters, its lock.
+type scope struct {
+	mu       sync.Mutex
+	key      string
+	mgr      ScopeManager
+	queue    waitQueue
+	lastUsed int64 // Unix ns: 8 bytes, where a time.Time takes 24 (a scope a host)
+	explicit bool
+	dead     bool // forgotten for idleness; look it up again
+	counts   scopeCounts
+	guard    *guarded // a custom ScopeManager's panic guard; nil for the default one
+}
+
+func (m *ThrottlingManager) shardOf(key string) *shard {
+	return &m.shards[maphash.String(m.seed, key)%numShards]
+}
+
+// lookup returns the scope for key, creating it on first use.
+func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
+	sh := m.shardOf(key)
+	sh.mu.RLock()
+	s := sh.m[key]
+	sh.mu.RUnlock()
+	if s != nil {
+		return s, nil
+	}
+	ns, err := m.newScope(key, now)
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if s = sh.m[key]; s != nil {
+		return s, nil
+	}
+	sh.m[ns.key] = ns
+	sh.peak = max(sh.peak, len(sh.m))
+	if !now.Before(sh.sweepAt) {
+		m.sweep(sh, now)
+	}
+	if limit := m.cfg.MaxScopes; limit > 0 && len(sh.m) > max(limit/numShards, 1) {
+		m.evictLRU(sh, ns, now, len(sh.m)-max(limit/numShards, 1)+len(sh.m)/8)
+	}
+	return ns, nil
+}
+
+// sweepStep gives the next shard in turn a sweep, unless the shard was swept
+// less than half a sweep period ago, and sets when the one after it is due.
+// While the manager is called at least every sweepPeriod/numShards, each
+// shard is swept about once a sweep period, so an idle scope is forgotten
+// within about IdleTimeout plus a sweep period. A shard sweeps on its own
+// only when a scope is created in it; this forgets the idle scopes of a
+// crawl that goes on over hosts it already knows. One caller does each
+// step, while the others go on.
+func (m *ThrottlingManager) sweepStep(now time.Time) {
+	next, t := m.sweepNext.Load(), now.UnixNano()
+	if t-next < 0 {
+		return
+	}
+	// The steps keep to their pace when calls come at another one, and
+	// don't pile up after a pause.
+	period := m.sweepPeriod()
+	at := next + int64(period/numShards)
+	if t-at > 0 {
+		at = t
+	}
+	if !m.sweepNext.CompareAndSwap(next, at) {
+		return
+	}
+	sh := &m.shards[m.sweepTurn.Add(1)%numShards]
+	sh.mu.Lock()
+	if !now.Before(sh.sweepAt.Add(-period / 2)) {
+		m.sweep(sh, now)
+	}
+	sh.mu.Unlock()
+}
+
+// sweepPeriod is the time between two sweeps of a shard.
+func (m *ThrottlingManager) sweepPeriod() time.Duration { return max(m.cfg.IdleTimeout/4, time.Second) }
+
+// evictLRU forgets up to n of sh's idle scopes, least recently used first,
+// never keep (the scope being created). Evicting an eighth of the shard at
+// a time keeps the sort's cost amortised over many new scopes.
+func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n int) {
+	idle := make([]*scope, 0, len(sh.m))
+	for _, s := range sh.m {
+		if s == keep || !s.mu.TryLock() {
+			continue
+		}
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy {
+			idle = append(idle, s)
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(idle, func(a, b *scope) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
+	for _, s := range idle[:min(n, len(idle))] {
+		s.mu.Lock()
+		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy { // still idle
+			sh.forget(s)
+		}
+		s.mu.Unlock()
+	}
+	sh.shrink()
+}
+
+// shrink replaces sh's map by a smaller one once it holds a quarter of its
+// peak or less: a Go map keeps its buckets when entries are deleted, so
+// without this a shard that once held many scopes would hold their room
+// for good. The copy costs at most a third of the deletions since the map
+// was made.
+func (sh *shard) shrink() {
+	if n := len(sh.m); sh.peak >= 64 && n <= sh.peak/4 {
+		m := make(map[string]*scope, n)
+		maps.Copy(m, sh.m)
+		sh.m, sh.peak = m, n
+	}
+}
+
+// scopeConfig returns the configuration of key and whether it is explicit.
+func (m *ThrottlingManager) scopeConfig(key string) (ScopeConfig, bool, error) {
+	m.cfgMu.RLock()
+	sc, ok := m.cfg.Scopes[key]
+	m.cfgMu.RUnlock()
+	if ok {
+		return sc, true, nil
+	}
+	if f := m.cfg.ScopeConfigFunc; f != nil {
+		def := m.cfg.Default
+		def.Backoff.Statuses = slices.Clone(def.Backoff.Statuses)
+		if sc, ok := f(key, def); ok {
+			if err := sc.validate("ScopeConfigFunc(" + strconv.Quote(key) + ")"); err != nil {
+				return ScopeConfig{}, false, err
+			}
+			return sc, true, nil
+		}
+	}
+	return m.cfg.Default, false, nil
+}
+
+func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) {
+	cfg, explicit, err := m.scopeConfig(key)
+	if err != nil {
+		return nil, err
+	}
+	// The key may be part of a longer string, such as a request's URL:
+	// a copy keeps the scope from holding all of it.
+	key = strings.Clone(key)
+	p := ScopeParams{Key: key, Config: cfg, Explicit: explicit, Logger: m.log, GlobalConcurrency: m.cfg.GlobalConcurrency}
+	if m.cfg.JitterSeed != 0 {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		p.Rand = rand.New(rand.NewPCG(m.cfg.JitterSeed, h.Sum64()))
+	}
+	f := cfg.NewManager
+	if f == nil {
+		f = m.factory
+	}
+	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now.UnixNano()}
+	if _, ok := s.mgr.(*defaultScope); !ok && (cfg.NewManager != nil || m.cfg.NewScopeManager != nil) {
+		s.guard = &guarded{ScopeManager: s.mgr}
+		m.guarded.Store(true)
+	}
+	if m.robots != nil {
+		if d := m.robots.hostDelay(key); d > 0 {
+			m.robots.apply(s, d, &cfg)() // not shared yet: no lock needed
+		}
+	}
+	return s, nil
+}
+
+// sweep forgets the idle scopes of sh, so that memory is bounded by the
+// scopes in recent use, not by every host ever seen. It runs when a
+// scope is created in sh and the shard's sweep time has come, and when
+// sweepStep comes to sh, so the work is spread over the crawl and no
+// goroutine is needed. A manager no one calls forgets nothing until it is
+// called again.
+func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
+	sh.sweepAt = now.Add(m.sweepPeriod())
+	for _, s := range sh.m {
+		if !s.mu.TryLock() {
+			continue // in use
+		}
+		if s.queue.n == 0 && s.counts.inFlight == 0 && m.forgettable(s, now) {
+			sh.forget(s)
+		}
+		s.mu.Unlock()
+	}
+	sh.shrink()
+}
+
+func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
+	idle := time.Duration(now.UnixNano() - s.lastUsed)
+	if idle < m.cfg.IdleTimeout {
+		// Used lately: forgettable under neither timeout. Not asking the
+		// policy spares a sweep touching the policies of recent scopes.
+		return false
+	}
+	switch s.idle(now) {
+	case IdleEmpty:
+		return idle >= m.cfg.IdleTimeout
+	case IdleLearned:
+		return idle >= m.cfg.LearnedIdleTimeout
+	}
+	return false
+}
+
+// Len returns the number of scopes the manager holds now.
+func (m *ThrottlingManager) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
