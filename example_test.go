@@ -265,3 +265,20 @@ func ExampleMemoryStore() {
 	// then for: delay 1s
 	// after worker 2's 429, worker 1 waits for: server gate 30s
 }
+
+// Servers on several ports of one host are one scope by default
+// (HostScope drops the port); HostPortScope keeps them apart.
+func ExampleHostPortScope() {
+	cfg := throttle.DefaultConfig()
+	cfg.Scoper = throttle.HostPortScope // e.g. local test servers on 127.0.0.1
+	for _, u := range []string{"http://127.0.0.1:8081/", "http://127.0.0.1:8082/", "https://example.com/"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		byHost, _ := throttle.HostScope(req)
+		byPort, _ := cfg.Scoper(req)
+		fmt.Println(byHost[0].Key, byPort[0].Key)
+	}
+	// Output:
+	// 127.0.0.1 127.0.0.1:8081
+	// 127.0.0.1 127.0.0.1:8082
+	// example.com example.com:443
+}

@@ -3,8 +3,10 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -42,6 +44,43 @@ func HostScope(req *http.Request) ([]Scope, error) {
 		return nil, err
 	}
 	return []Scope{{Key: h}}, nil
+}
+
+// HostPortScope is a Scoper of one scope per host and port: the host as
+// NormalizeHost gives it, a colon, and the URL's port, or its scheme's
+// default when it has none (80 for http and ws, 443 for https and wss; an
+// other scheme without a port gives the host alone). "https://a.example/"
+// and "https://a.example:443/" share "a.example:443"; "http://127.0.0.1:8081/"
+// and "http://127.0.0.1:8082/" are "127.0.0.1:8081" and "127.0.0.1:8082",
+// IPv6 hosts in brackets ("[::1]:8080").
+//
+// Use it where the ports of one host are different sites: local test
+// servers, services behind one name on several ports. HostScope, the
+// default, drops the port: every port of a host shares its scope, as a
+// site's rate limit and robots.txt Crawl-delay usually count them together.
+func HostPortScope(req *http.Request) ([]Scope, error) {
+	h, err := RequestHost(req)
+	if err != nil {
+		return nil, err
+	}
+	port := req.URL.Port()
+	if port == "" {
+		switch strings.ToLower(req.URL.Scheme) {
+		case "http", "ws":
+			port = "80"
+		case "https", "wss":
+			port = "443"
+		default:
+			return []Scope{{Key: h}}, nil
+		}
+	} else {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, ErrInvalidHost
+		}
+		port = strconv.Itoa(n) // "08" and "8" are one port
+	}
+	return []Scope{{Key: net.JoinHostPort(h, port)}}, nil
 }
 
 // RequestHost returns the normalised host of req's URL (see NormalizeHost).

@@ -131,7 +131,9 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	cfg := demoConfig(opts.Window)
 	cfg.Logger = logs.logger()
 	// All three servers are 127.0.0.1: HostScope (host without port) would
-	// put them in one scope. Scope by host:port, named after the server.
+	// put them in one scope, throttle.HostPortScope one scope per port.
+	// This scoper does that too, and names each scope after its server for
+	// the tables below.
 	cfg.Scoper = func(req *http.Request) ([]throttle.Scope, error) {
 		if req.URL != nil {
 			if name, ok := names[req.URL.Host]; ok {
