@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/crawlerkit/throttle => ../..
 
 require (
-	github.com/crawlerkit/throttle v0.0.0-00010101000000-000000000000
+	github.com/crawlerkit/throttle v0.1.0
 	github.com/gocolly/colly/v2 v2.3.0
 	github.com/prometheus/client_golang v1.25.0
 )

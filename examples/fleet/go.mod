@@ -8,8 +8,8 @@ replace (
 )
 
 require (
-	github.com/crawlerkit/throttle v0.0.0-00010101000000-000000000000
-	github.com/crawlerkit/throttle/redisstore v0.0.0-00010101000000-000000000000
+	github.com/crawlerkit/throttle v0.1.0
+	github.com/crawlerkit/throttle/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
