@@ -31,26 +31,28 @@ func ExampleHandler() {
 
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/throttle?format=json", nil))
+	type scope struct {
+		Key    string `json:"key"`
+		Why    string `json:"why"`
+		Counts struct {
+			Requests uint64 `json:"requests"`
+		} `json:"counts"`
+	}
 	var doc struct {
-		Scopes     int `json:"scopes"`
-		TopWaiting []struct {
-			Key    string `json:"key"`
-			Why    string `json:"why"`
-			Counts struct {
-				Requests uint64 `json:"requests"`
-			} `json:"counts"`
-		} `json:"top_waiting"`
+		Scopes     int     `json:"scopes"`
+		TopWaiting []scope `json:"top_waiting"` // only scopes with callers waiting
+		TopBusy    []scope `json:"top_busy"`    // every scope, busiest first
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
 		panic(err)
 	}
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
-	fmt.Println("scopes:", doc.Scopes)
-	for _, s := range doc.TopWaiting {
+	fmt.Println("scopes:", doc.Scopes, "with callers waiting:", len(doc.TopWaiting))
+	for _, s := range doc.TopBusy {
 		fmt.Printf("%s: %d request, waits for the %s\n", s.Key, s.Counts.Requests, s.Why)
 	}
 	// Output:
 	// 200 application/json; charset=utf-8
-	// scopes: 1
+	// scopes: 1 with callers waiting: 0
 	// example.com: 1 request, waits for the delay
 }

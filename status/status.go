@@ -25,10 +25,13 @@ import (
 	"github.com/crawlerkit/throttle"
 )
 
-// Limits of the status page's tables (the n query parameter).
+// Limits of the status page's tables (the n query parameter) and of its
+// reload interval (the refresh query parameter).
 const (
-	statusDefaultRows = 50   // rows per table when n is not given
-	statusMaxRows     = 1000 // larger values of n are lowered to this
+	statusDefaultRows    = 50   // rows per table when n is not given
+	statusMaxRows        = 1000 // larger values of n are lowered to this
+	statusDefaultRefresh = 5    // seconds between reloads when refresh is not given
+	statusMaxRefresh     = 3600 // larger values of refresh are lowered to this
 )
 
 // Handler returns an http.Handler that shows m's state: a plain HTML page
@@ -40,18 +43,27 @@ const (
 // Not Allowed with "Allow: GET". A request with ?format=json gets JSON,
 // ?format=html gets HTML; without format, the Accept header decides: the
 // first of application/json and text/html it lists (q=0 excluded) wins,
-// and HTML is the default. Any other format, or an n that is not a
-// positive integer, gets 400.
+// and HTML is the default. Any other format, an n that is not a positive
+// integer, or a refresh that is not a non-negative integer, gets 400.
 //
 // Both formats show the totals (in flight, waiting, requests, responses by
-// status class, backoff signals) and two tables of at most n scopes
+// status class, backoff signals) and three tables of at most n scopes
 // (?n=, default 50; larger values than 1000 count as 1000):
 //
-//   - by waiting: the scopes with the most callers waiting in Acquire,
-//     then the most permits in flight, then the most requests, then by key;
-//   - by backoff: the scopes in backoff (a raised delay, a lowered
+//   - waiting: only the scopes with callers waiting in Acquire, the most
+//     waiting first, then the most permits in flight, then the most
+//     requests, then by key; empty when no caller waits;
+//   - backoff: the scopes in backoff (a raised delay, a lowered
 //     concurrency, an outage probe or a server-given gate pending), the
-//     highest backoff delay first, then the most signals, then by key.
+//     highest backoff delay first, then the most signals, then by key;
+//   - busiest: every scope, the most permits in flight first, then the
+//     most requests, then by key, so that the active scopes show even
+//     when no caller waits.
+//
+// The HTML page reloads itself every ?refresh= seconds (default 5, at
+// most 3600; 0 turns it off) with a meta refresh, no JavaScript; the
+// JSON answer ignores refresh. Under the tables, a legend explains each
+// column in plain words.
 //
 // The JSON document is one object with these stable fields:
 //
@@ -59,9 +71,12 @@ const (
 //	in_flight, waiting    permits held, callers waiting, all scopes
 //	global_concurrency    throttle.Config.GlobalConcurrency
 //	scopes                how many scopes the manager holds
-//	n                     the row limit applied to the two lists
+//	n                     the row limit applied to the three lists
 //	totals                counts, as below, since New
-//	top_waiting, top_backoff  the two tables, lists of scopes:
+//	top_waiting           only the scopes with callers waiting
+//	top_backoff           the scopes in backoff
+//	top_busy              the busiest scopes, waiting or not
+//	the three lists' scopes, each with the same fields:
 //	  key, in_flight, waiting, concurrency, delay_ms, why,
 //	  ready_at (omitted when unknown), backoff_delay_ms,
 //	  backoff_concurrency, backoff_bad_ms, backoff_safe_ms, outage,
@@ -85,7 +100,8 @@ const (
 //
 // Each request takes one snapshot with m.StatsInto into pooled memory and
 // selects the top n of each table without sorting the rest: it costs one
-// pass over the scopes, which locks each scope briefly, as m.Stats does.
+// pass over the scopes, which locks each scope briefly, as m.Stats does,
+// and one pass over the snapshot per table.
 func Handler(m *throttle.ThrottlingManager) http.Handler {
 	return &statusHandler{m: m}
 }
@@ -101,10 +117,13 @@ type statusScratch struct {
 	st        throttle.Stats
 	byWait    []int // indices into st.Scopes
 	byBackoff []int
+	byBusy    []int
 	rowsWait  []statusRow
 	rowsBack  []statusRow
+	rowsBusy  []statusRow
 	jsonWait  []scopeJSON
 	jsonBack  []scopeJSON
+	jsonBusy  []scopeJSON
 	buf       bytes.Buffer
 }
 
@@ -126,6 +145,11 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "n must be a positive integer", http.StatusBadRequest)
 		return
 	}
+	refresh, ok := statusRefresh(q.Get("refresh"))
+	if !ok {
+		http.Error(w, "refresh must be a non-negative integer (seconds, 0: off)", http.StatusBadRequest)
+		return
+	}
 
 	sc, _ := h.pool.Get().(*statusScratch)
 	if sc == nil {
@@ -141,7 +165,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctype = "application/json; charset=utf-8"
 		err = sc.writeJSON(n)
 	} else {
-		err = sc.writeHTML(n)
+		err = sc.writeHTML(n, refresh)
 	}
 	if err != nil {
 		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
@@ -213,11 +237,26 @@ func statusRows(s string) (int, bool) {
 	return min(n, statusMaxRows), true
 }
 
-// selectTop fills byWait and byBackoff with the top n scopes of each
-// table, best first.
+// statusRefresh parses the refresh parameter: the seconds between reloads
+// of the HTML page, 0 for none.
+func statusRefresh(s string) (int, bool) {
+	if s == "" {
+		return statusDefaultRefresh, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return min(n, statusMaxRefresh), true
+}
+
+// selectTop fills byWait, byBackoff and byBusy with the top n scopes of
+// each table, best first.
 func (sc *statusScratch) selectTop(n int) {
 	ss, at := sc.st.Scopes, sc.st.At
-	sc.byWait = statusTopN(sc.byWait[:0], n, len(ss), nil, func(a, b int) bool {
+	sc.byWait = statusTopN(sc.byWait[:0], n, len(ss), func(i int) bool {
+		return ss[i].Waiting > 0
+	}, func(a, b int) bool {
 		x, y := &ss[a], &ss[b]
 		switch {
 		case x.Waiting != y.Waiting:
@@ -239,6 +278,16 @@ func (sc *statusScratch) selectTop(n int) {
 			return x.BackoffDelay > y.BackoffDelay
 		case x.Counts.Signals != y.Counts.Signals:
 			return x.Counts.Signals > y.Counts.Signals
+		}
+		return x.Key < y.Key
+	})
+	sc.byBusy = statusTopN(sc.byBusy[:0], n, len(ss), nil, func(a, b int) bool {
+		x, y := &ss[a], &ss[b]
+		switch {
+		case x.InFlight != y.InFlight:
+			return x.InFlight > y.InFlight
+		case x.Counts.Requests != y.Counts.Requests:
+			return x.Counts.Requests > y.Counts.Requests
 		}
 		return x.Key < y.Key
 	})
@@ -313,23 +362,27 @@ type statusRow struct {
 
 // statusPage is what the HTML template gets.
 type statusPage struct {
-	At                        string
-	N                         int
-	InFlight, Waiting, Global int
-	Scopes                    int
-	Totals                    throttle.Counts
-	ByWaiting, ByBackoff      []statusRow
+	At                           string
+	N                            int
+	Refresh                      int // seconds between reloads; 0: none
+	DefaultRefresh               int
+	InFlight, Waiting, Global    int
+	Scopes                       int
+	Totals                       throttle.Counts
+	ByWaiting, ByBackoff, ByBusy []statusRow
 }
 
-func (sc *statusScratch) writeHTML(n int) error {
+func (sc *statusScratch) writeHTML(n, refresh int) error {
 	st := &sc.st
 	sc.rowsWait = sc.rows(sc.rowsWait[:0], sc.byWait)
 	sc.rowsBack = sc.rows(sc.rowsBack[:0], sc.byBackoff)
+	sc.rowsBusy = sc.rows(sc.rowsBusy[:0], sc.byBusy)
 	p := statusPage{
 		At: st.At.UTC().Format(time.RFC3339), N: n,
+		Refresh: refresh, DefaultRefresh: statusDefaultRefresh,
 		InFlight: st.InFlight, Waiting: st.Waiting, Global: st.GlobalConcurrency,
 		Scopes: len(st.Scopes), Totals: st.Totals,
-		ByWaiting: sc.rowsWait, ByBackoff: sc.rowsBack,
+		ByWaiting: sc.rowsWait, ByBackoff: sc.rowsBack, ByBusy: sc.rowsBusy,
 	}
 	return statusTemplate().Execute(&sc.buf, &p)
 }
@@ -354,17 +407,22 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 		default:
 			r.Ready = "in " + statusDuration(s.ReadyAt.Sub(at))
 		}
+		// "1s, concurrency 2, outage, gate 30s", "–" for none.
+		backoff := make([]string, 0, 4)
 		if s.BackoffDelay > 0 {
-			r.Backoff = statusDuration(s.BackoffDelay)
+			backoff = append(backoff, statusDuration(s.BackoffDelay))
 		}
 		if s.BackoffConcurrency > 0 {
-			r.Backoff += ", concurrency " + strconv.Itoa(s.BackoffConcurrency)
+			backoff = append(backoff, "concurrency "+strconv.Itoa(s.BackoffConcurrency))
 		}
 		if s.Outage {
-			r.Backoff += ", outage"
+			backoff = append(backoff, "outage")
 		}
 		if s.Gate.After(at) {
-			r.Backoff += ", gate " + statusDuration(s.Gate.Sub(at))
+			backoff = append(backoff, "gate "+statusDuration(s.Gate.Sub(at)))
+		}
+		if len(backoff) > 0 {
+			r.Backoff = strings.Join(backoff, ", ")
 		}
 		if s.AutoThrottleDelay > 0 {
 			r.Auto = statusDuration(s.AutoThrottleDelay)
@@ -378,10 +436,16 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 	return dst
 }
 
-// statusPace says a scope's pace for people: "4.85/s (rampup)".
+// statusPace says a scope's pace for people, its rate and the rule that
+// binds it: "4.85/s (rampup)". An unbounded rate shows no rule (Binding
+// then names the delay's source, whose delay is 0) unless the global cap
+// holds it; a scope without a pace (a custom ScopeManager) shows "–".
 func statusPace(p *throttle.Pace) string {
-	if p.Binding == throttle.ReasonNone {
+	switch {
+	case p.Binding == throttle.ReasonNone:
 		return "–"
+	case math.IsInf(p.Rate, 1) && p.Binding != throttle.ReasonGlobal:
+		return "unbounded"
 	}
 	rate := "unbounded"
 	if !math.IsInf(p.Rate, 1) {
@@ -412,6 +476,8 @@ const statusHTML = `<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+{{if .Refresh}}<meta http-equiv="refresh" content="{{.Refresh}}">
+{{end -}}
 <title>throttle status</title>
 <style>
 body { font: 13px/1.4 system-ui, sans-serif; margin: 1em; color: #111; background: #fff; }
@@ -427,11 +493,16 @@ td.key { text-align: left; font-family: ui-monospace, monospace; white-space: no
 td.why { text-align: left; }
 tr:nth-child(even) td { background: #f7f7f7; }
 .none { color: #666; font-style: italic; }
+dl.legend { margin: .3em 0; max-width: 70em; }
+dl.legend dt { font-weight: 600; margin-top: .4em; }
+dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 </style>
 </head>
 <body>
 <h1>throttle status</h1>
-<p>Snapshot at {{.At}}, {{.Scopes}} scopes. <a href="?format=json&amp;n={{.N}}">JSON</a></p>
+<p>Snapshot at {{.At}}, {{.Scopes}} scopes. <a href="?format=json&amp;n={{.N}}">JSON</a>
+{{- if .Refresh}} · Reloads every {{.Refresh}}s (<a href="?n={{.N}}&amp;refresh=0">stop</a>)
+{{- else}} · Not reloading (<a href="?n={{.N}}&amp;refresh={{.DefaultRefresh}}">reload every {{.DefaultRefresh}}s</a>){{end}}</p>
 
 <h2>Totals</h2>
 <table>
@@ -441,17 +512,54 @@ tr:nth-child(even) td { background: #f7f7f7; }
 <td>{{.Totals.Signals}}</td></tr>
 </table>
 
-<h2 id="waiting">Scopes by waiting callers (top {{.N}})</h2>
-{{template "rows" .ByWaiting}}
+<h2 id="waiting">Scopes with callers waiting (top {{.N}})</h2>
+{{if .ByWaiting}}{{template "rows" .ByWaiting}}{{else}}<p class="none">No caller is waiting.</p>{{end}}
 
 <h2 id="backoff">Scopes in backoff, by backoff delay (top {{.N}})</h2>
 {{if .ByBackoff}}{{template "rows" .ByBackoff}}{{else}}<p class="none">No scope is in backoff.</p>{{end}}
+
+<h2 id="busy">Busiest scopes, by permits in flight, then requests (top {{.N}})</h2>
+{{if .ByBusy}}{{template "rows" .ByBusy}}{{else}}<p class="none">No scopes yet.</p>{{end}}
+
+<h2 id="legend">What the columns mean</h2>
+<dl class="legend">
+<dt>key</dt>
+<dd>The scope: by default the request URL's host. Every limit on this page holds per scope.</dd>
+<dt>in flight / concurrency</dt>
+<dd>Requests of the scope running now (permits held) / how many it may run at once now: the configured Concurrency (rampup's when rampup is on), 1 under a robots.txt delay, fewer while backoff lowers it after timeouts.</dd>
+<dt>waiting</dt>
+<dd>Callers blocked in Acquire until this scope lets their request start.</dd>
+<dt>delay</dt>
+<dd>The least time between two starts in the scope now, before jitter: the largest of the configured Delay (rampup's when rampup is on), the robots.txt Crawl-delay, the AutoThrottle delay and the backoff delay.</dd>
+<dt>pace: starts/s allowed (rule that binds)</dt>
+<dd>How many requests a second the scope may start in the long run, all its rules together, and the one rule that sets that rate: delay, rampup, autothrottle, robots, backoff, slot delay, concurrency (its slots at the latency seen), quota, server gate (0/s until a server-given wait ends) or global concurrency. When a setting seems to do nothing, this names the rule that wins. “unbounded”: no rule bounds the rate yet (no delay, no latency seen); “–”: a scope with a custom ScopeManager.</dd>
+<dt>why it waits now</dt>
+<dd>Why a new request of this scope would wait if it asked now; “ready”: it would start at once. concurrency: every slot is taken; delay, slot delay: too little time since the last start (of the scope, of the free slots); server gate: a wait the server asked for (Retry-After, RateLimit headers); quota: the window's quota is spent; robots: robots.txt's Crawl-delay or Request-rate; backoff: the delay raised by signals; rampup, autothrottle: their delay; global concurrency: every permit of all scopes together is held; queue: earlier callers wait first.</dd>
+<dt>ready</dt>
+<dd>When that new request could start: “now”, “in 2.5s”, or “–” when it cannot be known yet (it waits for a running request to finish).</dd>
+<dt>backoff delay</dt>
+<dd>The delay backoff raised after signals (“–”: none), then, when they apply: “concurrency N” when timeouts lowered the concurrency to N, “outage” while the scope sends one probe per Backoff.OutageProbe until the server answers again, “gate 30s” for a server-given wait that ends in 30s.</dd>
+<dt>AutoThrottle delay</dt>
+<dd>The delay AutoThrottle sets from the latencies seen (latency / TargetConcurrency, within Delay and its MaxDelay); “off” when AutoThrottle is off for the scope.</dd>
+<dt>last latency</dt>
+<dd>How long the server took to answer the last request (to the first response byte, through the Transport).</dd>
+<dt>requests</dt>
+<dd>Permits granted since the scope was created (in the totals: since the manager was).</dd>
+<dt>1xx, 2xx, 3xx, 4xx, 5xx</dt>
+<dd>Responses by status class.</dd>
+<dt>errors</dt>
+<dd>Requests that ended with a transport error or no response.</dd>
+<dt>signals</dt>
+<dd>Backoff signals: responses with a backoff status (by default 429 Too Many Requests and the overload statuses 502, 503, 504 and 520 to 524; Backoff.Statuses) and transport errors that show an overloaded server (timeouts, refused or reset connections). They are what slowed the scope down: after a signal backoff raises the scope's delay (with rampup on, rampup lowers its rate after a rate limit instead), and a timeout on a scope with more than one slot lowers its concurrency first; a burst of signals from requests already in flight counts as one step.</dd>
+<dt>global concurrency (totals)</dt>
+<dd>Config.GlobalConcurrency: the most permits held at once in all scopes together.</dd>
+</dl>
 </body>
 </html>
-{{define "rows"}}{{if .}}<table>
-<tr><th class="key">key</th><th>in flight / concurrency</th><th>waiting</th><th>delay</th><th>pace (rule that binds)</th><th>why it waits now</th><th>ready</th><th>backoff delay</th><th>AutoThrottle delay</th><th>last latency</th><th>requests</th><th>2xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
+{{define "rows"}}<table>
+<tr><th class="key">key</th><th>in flight / concurrency</th><th>waiting</th><th>delay</th><th>pace: starts/s allowed (rule that binds)</th><th>why it waits now</th><th>ready</th><th>backoff delay</th><th>AutoThrottle delay</th><th>last latency</th><th>requests</th><th>2xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
 {{range .}}<tr><td class="key">{{.Key}}</td><td>{{.InFlight}} / {{.Concurrency}}</td><td>{{.Waiting}}</td><td>{{.Delay}}</td><td class="why">{{.Pace}}</td><td class="why">{{.Why}}</td><td>{{.Ready}}</td><td>{{.Backoff}}</td><td>{{.Auto}}</td><td>{{.Latency}}</td><td>{{.Requests}}</td><td>{{.R2}}</td><td>{{.R4}}</td><td>{{.R5}}</td><td>{{.Errors}}</td><td>{{.Signals}}</td></tr>
-{{end}}</table>{{else}}<p class="none">No scopes yet.</p>{{end}}{{end}}`
+{{end}}</table>{{end}}`
 
 // The JSON document.
 
@@ -466,6 +574,7 @@ type statusJSON struct {
 	Totals            countsJSON  `json:"totals"`
 	TopWaiting        []scopeJSON `json:"top_waiting"`
 	TopBackoff        []scopeJSON `json:"top_backoff"`
+	TopBusy           []scopeJSON `json:"top_busy"`
 }
 
 type countsJSON struct {
@@ -509,10 +618,11 @@ func (sc *statusScratch) writeJSON(n int) error {
 	st := &sc.st
 	sc.jsonWait = sc.scopesJSON(sc.jsonWait[:0], sc.byWait)
 	sc.jsonBack = sc.scopesJSON(sc.jsonBack[:0], sc.byBackoff)
+	sc.jsonBusy = sc.scopesJSON(sc.jsonBusy[:0], sc.byBusy)
 	doc := statusJSON{
 		At: st.At.UTC(), InFlight: st.InFlight, Waiting: st.Waiting, GlobalConcurrency: st.GlobalConcurrency,
 		Scopes: len(st.Scopes), N: n, Totals: statusCounts(&st.Totals),
-		TopWaiting: sc.jsonWait, TopBackoff: sc.jsonBack,
+		TopWaiting: sc.jsonWait, TopBackoff: sc.jsonBack, TopBusy: sc.jsonBusy,
 	}
 	return json.NewEncoder(&sc.buf).Encode(&doc)
 }

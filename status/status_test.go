@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -125,16 +126,19 @@ func keyCells(table string) []string {
 	}
 }
 
-// statusTables splits a page into its two tables' HTML.
-func statusTables(t testing.TB, page string) (byWaiting, byBackoff string) {
+// statusTables splits a page into its three tables' HTML (each from its
+// heading to the next) and the legend's.
+func statusTables(t testing.TB, page string) (waiting, backoff, busy, legend string) {
 	t.Helper()
 	i, j := strings.Index(page, `id="waiting"`), strings.Index(page, `id="backoff"`)
-	require.True(t, i >= 0 && j > i, "page has both tables in order")
-	return page[i:j], page[j:]
+	k, l := strings.Index(page, `id="busy"`), strings.Index(page, `id="legend"`)
+	require.True(t, i >= 0 && j > i && k > j && l > k, "page has the three tables and the legend in order")
+	return page[i:j], page[j:k], page[k:l], page[l:]
 }
 
-// TestStatusHTML: the page lists the totals, the busiest scopes and the
-// scopes in backoff, with why each waits.
+// TestStatusHTML: the page lists the totals, the scopes with callers
+// waiting, the scopes in backoff and the busiest scopes, with the pace
+// and the rule that binds it and why each waits.
 func TestStatusHTML(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, stop := statusScene(t)
@@ -147,18 +151,20 @@ func TestStatusHTML(t *testing.T) {
 		page := rec.Body.String()
 		require.Equal(t, fmt.Sprint(len(page)), rec.Header().Get("Content-Length"))
 
-		waiting, backoff := statusTables(t, page)
-		keys := keyCells(waiting)
-		require.Len(t, keys, 6)
-		require.Equal(t, "busy.example", keys[0], "the scope with waiters comes first")
+		waiting, backoff, busy, _ := statusTables(t, page)
+		require.Equal(t, []string{"busy.example"}, keyCells(waiting), "only the scope with waiters")
 		require.Contains(t, waiting, `<td class="key">busy.example</td><td>2 / 2</td><td>3</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">concurrency</td>`)
+		require.Contains(t, waiting, `<th>pace: starts/s allowed (rule that binds)</th>`)
+		keys := keyCells(busy)
+		require.Len(t, keys, 6)
+		require.Equal(t, "busy.example", keys[0], "the scope with permits in flight comes first")
 		require.Equal(t, []string{"limited.example", "slow.example"}, keyCells(backoff)[:2])
 		require.Len(t, keyCells(backoff), 2)
 		require.Contains(t, backoff, `<td class="why">server gate</td><td>in 30s</td>`)
 		require.Contains(t, backoff, "gate 30s")
 		// AutoThrottle from its 5s start after a 300ms response: (5s+300ms)/2.
-		require.Contains(t, waiting, `<td class="key">auto.example</td><td>0 / 1</td><td>0</td><td>2.65s</td><td class="why">0.377/s (autothrottle)</td><td class="why">autothrottle</td><td>in 2.65s</td><td>–</td><td>2.65s</td><td>300ms</td>`)
-		require.Contains(t, waiting, `<td class="key">ok.example</td><td>0 / 1</td><td>0</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">delay</td><td>in 1s</td>`)
+		require.Contains(t, busy, `<td class="key">auto.example</td><td>0 / 1</td><td>0</td><td>2.65s</td><td class="why">0.377/s (autothrottle)</td><td class="why">autothrottle</td><td>in 2.65s</td><td>–</td><td>2.65s</td><td>300ms</td>`)
+		require.Contains(t, busy, `<td class="key">ok.example</td><td>0 / 1</td><td>0</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">delay</td><td>in 1s</td>`)
 		require.Contains(t, backoff, `<td class="why">0/s (server gate)</td>`, "the pace names the rule that binds")
 		// Totals: 2+1+1+1+1+1 requests, 3 2xx, 1 4xx, 1 5xx, 2 signals.
 		require.Contains(t, page, "<td>2</td><td>16</td><td>3</td><td>7</td><td>0</td><td>3</td><td>0</td><td>1</td><td>1</td><td>0</td><td>2</td>")
@@ -179,7 +185,7 @@ func TestStatusEscapes(t *testing.T) {
 		body := serveStatus(Handler(m), http.MethodGet, "/?format=json", nil).Body.String()
 		require.NotContains(t, body, "<script", "encoding/json escapes < and > too")
 		require.NoError(t, json.Unmarshal([]byte(body), &doc))
-		require.True(t, slices.ContainsFunc(doc.TopWaiting, func(s scopeJSON) bool { return s.Key == evilKey }))
+		require.True(t, slices.ContainsFunc(doc.TopBusy, func(s scopeJSON) bool { return s.Key == evilKey }))
 	})
 }
 
@@ -201,13 +207,15 @@ func TestStatusJSON(t *testing.T) {
 			var top map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(body, &top))
 			require.ElementsMatch(t, []string{"at", "in_flight", "waiting", "global_concurrency", "scopes", "n",
-				"totals", "top_waiting", "top_backoff"}, slices.Collect(mapKeys(top)))
-			var scopes []map[string]any
-			require.NoError(t, json.Unmarshal(top["top_waiting"], &scopes))
+				"totals", "top_waiting", "top_backoff", "top_busy"}, slices.Collect(mapKeys(top)))
 			seen := map[string]bool{}
-			for _, s := range scopes {
-				for k := range s {
-					seen[k] = true
+			for _, list := range []string{"top_waiting", "top_backoff", "top_busy"} {
+				var scopes []map[string]any
+				require.NoError(t, json.Unmarshal(top[list], &scopes))
+				for _, s := range scopes {
+					for k := range s {
+						seen[k] = true
+					}
 				}
 			}
 			require.ElementsMatch(t, []string{"key", "in_flight", "waiting", "concurrency", "delay_ms", "why", "ready_at",
@@ -224,8 +232,11 @@ func TestStatusJSON(t *testing.T) {
 			require.Equal(t, 16, doc.GlobalConcurrency)
 			require.Equal(t, 6, doc.Scopes)
 			require.Equal(t, 50, doc.N)
+			require.Len(t, doc.TopWaiting, 1, "only the scope with callers waiting")
 			busy := doc.TopWaiting[0]
 			require.Equal(t, "busy.example", busy.Key)
+			require.Len(t, doc.TopBusy, 6)
+			require.Equal(t, busy, doc.TopBusy[0], "the same row in both lists")
 			require.Equal(t, "concurrency", busy.Why)
 			require.Equal(t, 3, busy.Waiting)
 			require.Equal(t, 1000.0, busy.DelayMS)
@@ -242,10 +253,10 @@ func TestStatusJSON(t *testing.T) {
 			require.True(t, slow.Gate.IsZero())
 			require.Equal(t, uint64(1), slow.Counts.Responses.C5)
 			require.Equal(t, uint64(1), slow.Counts.Signals)
-			i := slices.IndexFunc(doc.TopWaiting, func(s scopeJSON) bool { return s.Key == "auto.example" })
+			i := slices.IndexFunc(doc.TopBusy, func(s scopeJSON) bool { return s.Key == "auto.example" })
 			require.GreaterOrEqual(t, i, 0)
-			require.Equal(t, 300.0, doc.TopWaiting[i].LastLatencyMS)
-			require.Positive(t, doc.TopWaiting[i].AutoThrottleDelayMS)
+			require.Equal(t, 300.0, doc.TopBusy[i].LastLatencyMS)
+			require.Positive(t, doc.TopBusy[i].AutoThrottleDelayMS)
 		}
 	})
 }
@@ -324,7 +335,8 @@ func rowsScene(t testing.TB) *throttle.ThrottlingManager {
 }
 
 // TestStatusRowLimit: each table shows at most n rows (default 50, at
-// most 1000), the top ones in order.
+// most 1000), the top ones in order. No caller waits in rowsScene: the
+// waiting table is empty and the busiest table goes by requests.
 func TestStatusRowLimit(t *testing.T) {
 	m := rowsScene(t)
 	h := Handler(m)
@@ -336,27 +348,31 @@ func TestStatusRowLimit(t *testing.T) {
 		return keys
 	}
 
-	waiting, backoff := statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
-	require.Equal(t, want(119, 50), keyCells(waiting), "by waiting, then requests")
+	waiting, backoff, busy, _ := statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
+	require.Empty(t, keyCells(waiting))
+	require.Contains(t, waiting, "No caller is waiting.")
+	require.Equal(t, want(119, 50), keyCells(busy), "by in flight, then requests")
 	require.Len(t, keyCells(backoff), 50)
 
-	waiting, backoff = statusTables(t, serveStatus(h, http.MethodGet, "/?n=10", nil).Body.String())
-	require.Equal(t, want(119, 10), keyCells(waiting))
+	waiting, backoff, busy, _ = statusTables(t, serveStatus(h, http.MethodGet, "/?n=10", nil).Body.String())
+	require.Empty(t, keyCells(waiting))
+	require.Equal(t, want(119, 10), keyCells(busy))
 	// Every backoff is one 1s step after one signal: ties go by key.
 	require.Equal(t, []string{"h000.example", "h001.example", "h002.example"}, keyCells(backoff)[:3])
 	require.Len(t, keyCells(backoff), 10)
 
-	waiting, backoff = statusTables(t, serveStatus(h, http.MethodGet, "/?n=5000", nil).Body.String())
-	require.Len(t, keyCells(waiting), 120)
+	_, backoff, busy, _ = statusTables(t, serveStatus(h, http.MethodGet, "/?n=5000", nil).Body.String())
+	require.Len(t, keyCells(busy), 120)
 	require.Len(t, keyCells(backoff), 60)
 
 	var doc statusJSON
 	require.NoError(t, json.Unmarshal(serveStatus(h, http.MethodGet, "/?format=json&n=3", nil).Body.Bytes(), &doc))
 	require.Equal(t, 3, doc.N)
 	require.Equal(t, 120, doc.Scopes)
-	require.Len(t, doc.TopWaiting, 3)
-	require.Equal(t, "h119.example", doc.TopWaiting[0].Key)
-	require.Equal(t, uint64(120), doc.TopWaiting[0].Counts.Requests)
+	require.Empty(t, doc.TopWaiting)
+	require.Len(t, doc.TopBusy, 3)
+	require.Equal(t, "h119.example", doc.TopBusy[0].Key)
+	require.Equal(t, uint64(120), doc.TopBusy[0].Counts.Requests)
 	require.Len(t, doc.TopBackoff, 3)
 	require.Equal(t, 1000.0, doc.TopBackoff[0].BackoffDelayMS)
 	require.NoError(t, json.Unmarshal(serveStatus(h, http.MethodGet, "/?format=json&n=100000", nil).Body.Bytes(), &doc))
@@ -379,10 +395,174 @@ func TestStatusEmpty(t *testing.T) {
 	require.NoError(t, err)
 	h := Handler(m)
 	page := serveStatus(h, http.MethodGet, "/", nil).Body.String()
-	require.Contains(t, page, "No scopes yet.")
+	require.Contains(t, page, "No caller is waiting.")
 	require.Contains(t, page, "No scope is in backoff.")
+	require.Contains(t, page, "No scopes yet.")
 	body := serveStatus(h, http.MethodGet, "/?format=json", nil).Body.String()
-	require.Contains(t, body, `"top_waiting":[],"top_backoff":[]`)
+	require.Contains(t, body, `"top_waiting":[],"top_backoff":[],"top_busy":[]`)
+}
+
+// TestStatusRefresh: the page reloads itself with a meta refresh every
+// ?refresh= seconds (default 5, at most 3600; 0 turns it off) and its
+// links keep n; a refresh that is not a non-negative integer gets 400, as
+// a bad n does; the JSON answer has no refresh.
+func TestStatusRefresh(t *testing.T) {
+	m, err := throttle.New(throttle.DefaultConfig())
+	require.NoError(t, err)
+	h := Handler(m)
+	page := func(target string) string {
+		t.Helper()
+		rec := serveStatus(h, http.MethodGet, target, nil)
+		require.Equal(t, http.StatusOK, rec.Code, target)
+		return rec.Body.String()
+	}
+	const meta = `<meta http-equiv="refresh"`
+
+	p := page("/")
+	require.Contains(t, p, `<meta http-equiv="refresh" content="5">`, "default 5s")
+	require.Equal(t, 1, strings.Count(p, meta))
+	require.Contains(t, p, `<a href="?format=json&amp;n=50">JSON</a>`)
+	require.Contains(t, p, `<a href="?n=50&amp;refresh=0">stop</a>`)
+
+	p = page("/?refresh=7&n=20")
+	require.Contains(t, p, `<meta http-equiv="refresh" content="7">`)
+	require.Equal(t, 1, strings.Count(p, meta))
+	require.Contains(t, p, "Reloads every 7s")
+	require.Contains(t, p, `<a href="?format=json&amp;n=20">JSON</a>`, "the JSON link keeps n")
+	require.Contains(t, p, `<a href="?n=20&amp;refresh=0">stop</a>`)
+
+	p = page("/?refresh=0&n=20")
+	require.NotContains(t, strings.ToLower(p), "http-equiv", "refresh=0: no meta refresh")
+	require.Contains(t, p, `<a href="?format=json&amp;n=20">JSON</a>`)
+	require.Contains(t, p, `<a href="?n=20&amp;refresh=5">reload every 5s</a>`)
+
+	require.Contains(t, page("/?refresh=100000"), `<meta http-equiv="refresh" content="3600">`, "capped")
+
+	for _, r := range []string{"-1", "x", "1.5", "5s", "%205"} {
+		for _, format := range []string{"", "&format=json"} {
+			rec := serveStatus(h, http.MethodGet, "/?refresh="+r+format, nil)
+			require.Equal(t, http.StatusBadRequest, rec.Code, "refresh=%s%s", r, format)
+			require.Contains(t, rec.Body.String(), "refresh must be a non-negative integer")
+		}
+	}
+
+	for _, target := range []string{"/?format=json", "/?format=json&refresh=7", "/?format=json&refresh=0"} {
+		rec := serveStatus(h, http.MethodGet, target, nil)
+		require.Equal(t, http.StatusOK, rec.Code, target)
+		var top map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &top))
+		require.ElementsMatch(t, []string{"at", "in_flight", "waiting", "global_concurrency", "scopes", "n",
+			"totals", "top_waiting", "top_backoff", "top_busy"}, slices.Collect(mapKeys(top)), target)
+		require.NotContains(t, rec.Body.String(), "refresh", target)
+	}
+}
+
+// TestStatusWaitingOnlyWaiters: the waiting table and top_waiting list
+// only the scopes with callers blocked in Acquire; a scope with a permit
+// in flight and no caller waiting, and a scope that finished (no waiter,
+// nothing in flight), show only among the busiest scopes.
+func TestStatusWaitingOnlyWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := throttle.DefaultConfig() // Concurrency 1
+		cfg.Robots.Enabled = false
+		m, err := throttle.New(cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		acquire := func(u string) *throttle.Permit {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			require.NoError(t, err)
+			p, err := m.Acquire(ctx, req)
+			require.NoError(t, err)
+			return p
+		}
+		held := []*throttle.Permit{acquire("http://queue.example/1"), acquire("http://running.example/")}
+		acquire("http://done.example/").Release(&http.Response{StatusCode: 200, Header: http.Header{}}, nil)
+		var wg sync.WaitGroup
+		wg.Go(func() { // blocks: queue.example's one slot is held
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://queue.example/2", nil)
+			if p, err := m.Acquire(ctx, req); err == nil {
+				p.Release(nil, context.Canceled)
+			}
+		})
+		synctest.Wait()
+		require.Equal(t, 1, m.Waiting())
+		h := Handler(m)
+
+		waiting, _, busy, _ := statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
+		require.Equal(t, []string{"queue.example"}, keyCells(waiting))
+		require.Contains(t, waiting, `<td class="key">queue.example</td><td>1 / 1</td><td>1</td>`)
+		require.NotContains(t, waiting, "done.example")
+		require.NotContains(t, waiting, "running.example")
+		require.NotContains(t, waiting, "No caller is waiting.")
+		require.Equal(t, []string{"queue.example", "running.example", "done.example"}, keyCells(busy),
+			"by in flight, then requests, then key")
+		require.Contains(t, busy, `<td class="key">done.example</td><td>0 / 1</td><td>0</td>`)
+
+		jsonKeys := func(l []scopeJSON) []string {
+			keys := []string{}
+			for _, s := range l {
+				keys = append(keys, s.Key)
+			}
+			return keys
+		}
+		var doc statusJSON
+		require.NoError(t, json.Unmarshal(serveStatus(h, http.MethodGet, "/?format=json", nil).Body.Bytes(), &doc))
+		require.Equal(t, []string{"queue.example"}, jsonKeys(doc.TopWaiting))
+		require.Equal(t, 1, doc.TopWaiting[0].Waiting)
+		require.Equal(t, []string{"queue.example", "running.example", "done.example"}, jsonKeys(doc.TopBusy))
+
+		// The waiter gives up and the permits are released: every scope
+		// has finished, none is listed as waiting, all are still busiest.
+		cancel()
+		wg.Wait()
+		for _, p := range held {
+			p.Release(&http.Response{StatusCode: 200, Header: http.Header{}}, nil)
+		}
+		require.Equal(t, 0, m.Waiting())
+		waiting, _, busy, _ = statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
+		require.Empty(t, keyCells(waiting))
+		require.Contains(t, waiting, `<p class="none">No caller is waiting.</p>`)
+		require.ElementsMatch(t, []string{"queue.example", "running.example", "done.example"}, keyCells(busy))
+		body := serveStatus(h, http.MethodGet, "/?format=json", nil).Body.Bytes()
+		require.Contains(t, string(body), `"top_waiting":[]`)
+		doc = statusJSON{}
+		require.NoError(t, json.Unmarshal(body, &doc))
+		require.Empty(t, doc.TopWaiting)
+		require.Len(t, doc.TopBusy, 3)
+	})
+}
+
+// TestStatusLegend: under the tables, a legend explains every column of
+// the scope tables, and says what a signal is.
+func TestStatusLegend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, stop := statusScene(t)
+		defer stop()
+		_, _, busy, legend := statusTables(t, serveStatus(Handler(m), http.MethodGet, "/", nil).Body.String())
+		explained := map[string]bool{}
+		for _, dt := range regexp.MustCompile(`<dt>([^<]*)</dt>`).FindAllStringSubmatch(legend, -1) {
+			explained[dt[1]] = true
+			for name := range strings.SplitSeq(dt[1], ", ") {
+				explained[name] = true
+			}
+		}
+		headers := regexp.MustCompile(`<th[^>]*>([^<]*)</th>`).FindAllStringSubmatch(busy, -1)
+		require.Len(t, headers, 16)
+		for _, th := range headers {
+			require.True(t, explained[th[1]], "the legend explains the column %q", th[1])
+		}
+		for _, name := range []string{"signals", "pace: starts/s allowed (rule that binds)", "why it waits now", "ready",
+			"backoff delay", "AutoThrottle delay", "in flight / concurrency", "delay"} {
+			require.Contains(t, legend, "<dt>"+name+"</dt>\n<dd>", name)
+		}
+		_, signals, ok := strings.Cut(legend, "<dt>signals</dt>")
+		require.True(t, ok)
+		signals, _, _ = strings.Cut(signals, "</dd>")
+		for _, word := range []string{"Backoff signals", "429", "503", "transport errors", "timeouts", "slowed the scope down"} {
+			require.Contains(t, signals, word)
+		}
+	})
 }
 
 // TestStatusMethods: over a real server, GET is served; HEAD and every
@@ -544,11 +724,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 	runChromium(t, bin, "--screenshot="+shot, "--window-size=1200,800", url)
 	dom := string(runChromium(t, bin, "--dump-dom", url))
 	require.Contains(t, dom, "throttle status")
-	waiting, backoff := statusTables(t, dom)
-	require.Equal(t, "busy.example", keyCells(waiting)[0])
-	require.Len(t, keyCells(waiting), 6)
+	require.Contains(t, dom, `<meta http-equiv="refresh" content="5">`)
+	waiting, backoff, busy, legend := statusTables(t, dom)
+	require.Equal(t, []string{"busy.example"}, keyCells(waiting))
+	require.Equal(t, "busy.example", keyCells(busy)[0])
+	require.Len(t, keyCells(busy), 6)
 	require.Equal(t, []string{"limited.example", "slow.example"}, keyCells(backoff))
-	require.Contains(t, waiting, `<td class="key">&lt;script&gt;alert(1)&lt;/script&gt;</td>`)
+	require.Contains(t, busy, `<td class="key">&lt;script&gt;alert(1)&lt;/script&gt;</td>`)
+	require.Contains(t, legend, "<dt>signals</dt>")
 	require.NotContains(t, strings.ToLower(dom), "<script")
 
 	f, err := os.Open(shot)
