@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path"
 	"strconv"
 	"time"
 )
@@ -15,13 +16,24 @@ type Config struct {
 	// Default is the configuration of every scope that has no entry in
 	// Scopes and that ScopeConfigFunc does not configure.
 	Default ScopeConfig
-	// Scopes configures scopes by exact key. Each entry is a whole
-	// ScopeConfig: copy Default and change fields, so that the others keep
-	// their defaults. A scope configured here or by ScopeConfigFunc is
-	// "explicit": its settings win over robots.txt (rule 11).
+	// Scopes configures scopes by key. An entry may name only the fields
+	// it changes, as a literal: New takes from Default what the entry
+	// left at a zero value it would refuse (Concurrency, Window, and
+	// AutoThrottle, Backoff and Rampup when left entirely zero), and every
+	// other zero means what it says: {Delay: 200 * time.Millisecond,
+	// Concurrency: 2} is Default with those two changed and no jitter
+	// (Jitter{}). To turn a sub-config off in an entry, start from its
+	// default (b := DefaultBackoffConfig(); b.Enabled = false).
+	//
+	// A key holding *, ? or [ is a glob pattern (path.Match syntax:
+	// "*.example.com") for the scopes without an entry of their own, as
+	// colly's DomainGlob; the longest matching pattern wins. A scope
+	// configured here or by ScopeConfigFunc is "explicit": its settings
+	// win over robots.txt's Crawl-delay.
 	Scopes map[string]ScopeConfig
-	// ScopeConfigFunc, if not nil, computes the configuration of scopes not
-	// in Scopes (pattern rules such as "*.example.com"). It gets the scope
+	// ScopeConfigFunc, if not nil, computes the configuration of scopes
+	// that neither a key nor a pattern of Scopes configures (rules that a
+	// glob cannot say). It gets the scope
 	// key and a copy of Default; ok=false means "use Default". It is called
 	// when a scope is first seen (again after the scope was forgotten for
 	// idleness), may run concurrently (callers that see a new scope at
@@ -235,7 +247,12 @@ func (c *Config) validate() error {
 		if k == "" {
 			return &ConfigError{`Scopes[""]`, "scope key must not be empty"}
 		}
-		if err := sc.validate("Scopes[" + strconv.Quote(k) + "]"); err != nil {
+		name := "Scopes[" + strconv.Quote(k) + "]"
+		if _, err := path.Match(k, ""); err != nil {
+			return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
+		}
+		sc.completeFrom(&c.Default) // as New will
+		if err := sc.validate(name); err != nil {
 			return err
 		}
 	}

@@ -164,6 +164,12 @@ func (sh *shard) shrink() {
 func (m *ThrottlingManager) scopeConfig(key string) (ScopeConfig, bool, error) {
 	m.cfgMu.RLock()
 	sc, ok := m.cfg.Scopes[key]
+	if !ok && len(m.patterns) > 0 {
+		var p string
+		if p, ok = matchScopePattern(m.patterns, key); ok {
+			sc = m.cfg.Scopes[p]
+		}
+	}
 	m.cfgMu.RUnlock()
 	if ok {
 		return sc, true, nil

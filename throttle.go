@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"maps"
+	"path"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,14 +24,17 @@ type ThrottlingManager struct {
 	feedback FeedbackFunc
 	factory  ScopeManagerFactory
 
-	cfgMu   sync.RWMutex // guards cfg.Scopes against SetScopeConfig
-	seed    maphash.Seed
-	shards  [numShards]shard
-	global  globalGate
-	waiting atomic.Int64
-	warned  atomic.Bool
-	robots  *robotsCache // nil when robots.txt handling is off
-	shared  *shared      // nil without Config.Store
+	cfgMu sync.RWMutex // guards cfg.Scopes against SetScopeConfig
+	// patterns are cfg.Scopes' glob keys, the most specific first (see
+	// scopePatterns); guarded by cfgMu.
+	patterns []string
+	seed     maphash.Seed
+	shards   [numShards]shard
+	global   globalGate
+	waiting  atomic.Int64
+	warned   atomic.Bool
+	robots   *robotsCache // nil when robots.txt handling is off
+	shared   *shared      // nil without Config.Store
 
 	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
 	customFeedback    bool        // Config.Feedback is the user's: guard it
@@ -65,8 +69,13 @@ func New(cfg Config) (*ThrottlingManager, error) {
 		return nil, err
 	}
 	cfg.Scopes = maps.Clone(cfg.Scopes)
+	for k, sc := range cfg.Scopes {
+		sc.completeFrom(&cfg.Default)
+		cfg.Scopes[k] = sc
+	}
 	m := &ThrottlingManager{
 		cfg:      cfg,
+		patterns: scopePatterns(cfg.Scopes),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		feedback: cfg.Feedback,
@@ -117,7 +126,12 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	if key == "" {
 		return ErrEmptyScopeKey
 	}
-	if err := cfg.validate("Scopes[" + strconv.Quote(key) + "]"); err != nil {
+	name := "Scopes[" + strconv.Quote(key) + "]"
+	if _, err := path.Match(key, ""); err != nil {
+		return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
+	}
+	cfg.completeFrom(&m.cfg.Default)
+	if err := cfg.validate(name); err != nil {
 		return err
 	}
 	m.cfgMu.Lock()
@@ -127,6 +141,9 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	}
 	next[key] = cfg
 	m.cfg.Scopes = next
+	if isScopePattern(key) {
+		m.patterns = scopePatterns(next)
+	}
 	m.cfgMu.Unlock()
 
 	sh := m.shardOf(key)
