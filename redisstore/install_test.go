@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +83,8 @@ func TestInstallsAlone(t *testing.T) {
 	}
 	version := releaseVersion(t)
 	root := repoRoot(t)
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go") // the go command running this test
+	require.NoError(t, err)
 	cache, err := exec.Command(goBin, "env", "GOMODCACHE").Output()
 	require.NoError(t, err)
 
