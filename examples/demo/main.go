@@ -222,7 +222,10 @@ func demoConfig(window time.Duration) throttle.Config {
 	cfg.GlobalConcurrency = 16 // the default; above the workers, so it never binds
 
 	fast := cfg.Default
-	fast.Concurrency = 4
+	// One slot is enough: at 25ms between starts and 5ms answers a slot
+	// is free again before the next start is due (with 4 the throttle
+	// warns that Concurrency has no effect).
+	fast.Concurrency = 1
 	fast.Delay = 25 * time.Millisecond // ±50 % jitter (the default) around it
 	fast.Window = window
 
