@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/topscopes"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -15,9 +16,9 @@ import (
 // own when Options.MaxScopes is 0.
 const DefaultMaxScopes = 50
 
-// OtherScope is the ScopeKey value of the figures summed over every scope
-// that has no attribute value of its own.
-const OtherScope = "other"
+// OtherScope, "other", is the ScopeKey value of the figures summed over
+// every scope that has no attribute value of its own.
+const OtherScope = topscopes.Other
 
 // The attribute keys of the observations.
 const (
@@ -162,7 +163,7 @@ type adapter struct {
 	other        *scopeAttrs
 
 	mu    sync.Mutex // held through a collection
-	snap  snapshot
+	snap  topscopes.Snapshot
 	named map[string]*scopeAttrs
 	gen   uint64 // collections, to drop the entries of scopes no longer named
 }
@@ -189,15 +190,15 @@ func (a *adapter) observe(_ context.Context, o metric.Observer) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := &a.snap
-	s.take(a.m, a.limit)
-	st := &s.st
+	s.Take(a.m, a.limit)
+	st := &s.Stats
 
-	total := countersOf(&st.Totals)
-	o.ObserveInt64(a.requests, clamp(total[cRequests]), a.total)
+	total := topscopes.CountersOf(&st.Totals)
+	o.ObserveInt64(a.requests, clamp(total[topscopes.Requests]), a.total)
 	for i := range classNames {
-		o.ObserveInt64(a.responses, clamp(total[cResponses+i]), a.totalClasses[i])
+		o.ObserveInt64(a.responses, clamp(total[topscopes.Responses+i]), a.totalClasses[i])
 	}
-	o.ObserveInt64(a.signals, clamp(total[cSignals]), a.total)
+	o.ObserveInt64(a.signals, clamp(total[topscopes.Signals]), a.total)
 	o.ObserveInt64(a.inFlight, int64(st.InFlight), a.total)
 	o.ObserveInt64(a.waiting, int64(st.Waiting), a.total)
 	o.ObserveInt64(a.scopes, int64(len(st.Scopes)), a.total)
@@ -207,7 +208,7 @@ func (a *adapter) observe(_ context.Context, o metric.Observer) error {
 	}
 
 	a.gen++
-	for _, i := range s.named {
+	for _, i := range s.Named {
 		ss := &st.Scopes[i]
 		sa := a.named[ss.Key]
 		if sa == nil {
@@ -223,27 +224,27 @@ func (a *adapter) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveFloat64(a.scopePace, ss.Pace.Rate, sa.scope)
 		}
 		o.ObserveFloat64(a.scopeBackoffDelay, ss.BackoffDelay.Seconds(), sa.scope)
-		a.observeCounters(o, countersOf(&ss.Counts), sa)
+		a.observeCounters(o, topscopes.CountersOf(&ss.Counts), sa)
 	}
 	for key, sa := range a.named {
 		if sa.gen != a.gen {
 			delete(a.named, key)
 		}
 	}
-	o.ObserveInt64(a.scopeInFlight, int64(s.otherInFlight), a.other.scope)
-	o.ObserveInt64(a.scopeWaiting, int64(s.otherWaiting), a.other.scope)
-	o.ObserveInt64(a.scopeConcurrency, int64(s.otherConcurrency), a.other.scope)
-	a.observeCounters(o, s.otherCounts, a.other)
+	o.ObserveInt64(a.scopeInFlight, int64(s.OtherInFlight), a.other.scope)
+	o.ObserveInt64(a.scopeWaiting, int64(s.OtherWaiting), a.other.scope)
+	o.ObserveInt64(a.scopeConcurrency, int64(s.OtherConcurrency), a.other.scope)
+	a.observeCounters(o, s.OtherCounts, a.other)
 	return nil
 }
 
 // observeCounters observes a scope's counters.
-func (a *adapter) observeCounters(o metric.Observer, n counters, sa *scopeAttrs) {
-	o.ObserveInt64(a.scopeRequests, clamp(n[cRequests]), sa.scope)
+func (a *adapter) observeCounters(o metric.Observer, n topscopes.Counters, sa *scopeAttrs) {
+	o.ObserveInt64(a.scopeRequests, clamp(n[topscopes.Requests]), sa.scope)
 	for i := range classNames {
-		o.ObserveInt64(a.scopeResponses, clamp(n[cResponses+i]), sa.classes[i])
+		o.ObserveInt64(a.scopeResponses, clamp(n[topscopes.Responses+i]), sa.classes[i])
 	}
-	o.ObserveInt64(a.scopeSignals, clamp(n[cSignals]), sa.scope)
+	o.ObserveInt64(a.scopeSignals, clamp(n[topscopes.Signals]), sa.scope)
 }
 
 // clamp converts a count to int64, saturating.

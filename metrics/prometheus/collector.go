@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/topscopes"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,9 +12,9 @@ import (
 // Options.MaxScopes is 0.
 const DefaultMaxScopes = 50
 
-// OtherScope is the scope label of the figures summed over every scope
-// that has no label of its own.
-const OtherScope = "other"
+// OtherScope, "other", is the scope label of the figures summed over
+// every scope that has no label of its own.
+const OtherScope = topscopes.Other
 
 // classLabels are the class label values, in Counts.Responses' order.
 var classLabels = [6]string{"errors", "1xx", "2xx", "3xx", "4xx", "5xx"}
@@ -56,7 +57,7 @@ type Collector struct {
 	scopeRequests, scopeResponses, scopeSignals   *prometheus.Desc
 
 	mu   sync.Mutex // held through a Collect
-	snap snapshot
+	snap topscopes.Snapshot
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -139,16 +140,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &c.snap
-	s.take(c.m, c.limit)
-	st := &s.st
+	s.Take(c.m, c.limit)
+	st := &s.Stats
 
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
-	total := countersOf(&st.Totals)
-	send(ch, c.requests, counter, float64(total[cRequests]))
+	total := topscopes.CountersOf(&st.Totals)
+	send(ch, c.requests, counter, float64(total[topscopes.Requests]))
 	for i, class := range classLabels {
-		send(ch, c.responses, counter, float64(total[cResponses+i]), class)
+		send(ch, c.responses, counter, float64(total[topscopes.Responses+i]), class)
 	}
-	send(ch, c.signals, counter, float64(total[cSignals]))
+	send(ch, c.signals, counter, float64(total[topscopes.Signals]))
 	send(ch, c.inFlight, gauge, float64(st.InFlight))
 	send(ch, c.waiting, gauge, float64(st.Waiting))
 	send(ch, c.scopes, gauge, float64(len(st.Scopes)))
@@ -157,7 +158,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 
-	for _, i := range s.named {
+	for _, i := range s.Named {
 		ss := &st.Scopes[i]
 		k := ss.Key
 		send(ch, c.scopeInFlight, gauge, float64(ss.InFlight), k)
@@ -168,21 +169,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			send(ch, c.scopePace, gauge, ss.Pace.Rate, k)
 		}
 		send(ch, c.scopeBackoffDelay, gauge, ss.BackoffDelay.Seconds(), k)
-		c.sendCounters(ch, countersOf(&ss.Counts), k)
+		c.sendCounters(ch, topscopes.CountersOf(&ss.Counts), k)
 	}
-	send(ch, c.scopeInFlight, gauge, float64(s.otherInFlight), OtherScope)
-	send(ch, c.scopeWaiting, gauge, float64(s.otherWaiting), OtherScope)
-	send(ch, c.scopeConcurrency, gauge, float64(s.otherConcurrency), OtherScope)
-	c.sendCounters(ch, s.otherCounts, OtherScope)
+	send(ch, c.scopeInFlight, gauge, float64(s.OtherInFlight), OtherScope)
+	send(ch, c.scopeWaiting, gauge, float64(s.OtherWaiting), OtherScope)
+	send(ch, c.scopeConcurrency, gauge, float64(s.OtherConcurrency), OtherScope)
+	c.sendCounters(ch, s.OtherCounts, OtherScope)
 }
 
 // sendCounters sends a scope's counters.
-func (c *Collector) sendCounters(ch chan<- prometheus.Metric, n counters, scope string) {
-	send(ch, c.scopeRequests, prometheus.CounterValue, float64(n[cRequests]), scope)
+func (c *Collector) sendCounters(ch chan<- prometheus.Metric, n topscopes.Counters, scope string) {
+	send(ch, c.scopeRequests, prometheus.CounterValue, float64(n[topscopes.Requests]), scope)
 	for i, class := range classLabels {
-		send(ch, c.scopeResponses, prometheus.CounterValue, float64(n[cResponses+i]), scope, class)
+		send(ch, c.scopeResponses, prometheus.CounterValue, float64(n[topscopes.Responses+i]), scope, class)
 	}
-	send(ch, c.scopeSignals, prometheus.CounterValue, float64(n[cSignals]), scope)
+	send(ch, c.scopeSignals, prometheus.CounterValue, float64(n[topscopes.Signals]), scope)
 }
 
 // send sends one constant metric. A metric that cannot be made (invalid
