@@ -5,7 +5,12 @@ import "time"
 // AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope:
 // the delay follows latency / TargetConcurrency. Each response moves the
 // delay halfway toward it (at once when it is higher), within Delay and
-// MaxDelay; a response other than 200 never lowers it.
+// MaxDelay; a response other than 200 never lowers it. A zero
+// AutoThrottleConfig is invalid (TargetConcurrency must be > 0, even with
+// Enabled false), except in a Config.Scopes entry or a SetScopeConfig
+// argument, where it stands for Default's; start from
+// DefaultAutoThrottleConfig. A plain value: copy it freely, but don't
+// change it while another goroutine reads it.
 type AutoThrottleConfig struct {
 	// Enabled turns AutoThrottle on. Default false.
 	Enabled bool

@@ -46,6 +46,12 @@ import (
 // Server-given waits (Retry-After, RateLimit headers) gate the scope on top
 // of one step, capped at MaxDelay. Backoff only ever tightens: the delay is
 // never below the configured one, the concurrency never above it.
+//
+// A zero BackoffConfig is invalid (Factor must be >= 1, even with Enabled
+// false), except in a Config.Scopes entry or a SetScopeConfig argument,
+// where it stands for Default's: to turn backoff off, start from
+// DefaultBackoffConfig and clear Enabled. A plain value, but copies share
+// the Statuses slice: don't change it while another goroutine reads it.
 type BackoffConfig struct {
 	// Enabled turns backoff on. Default true.
 	Enabled bool

@@ -23,6 +23,9 @@ import (
 // sum of its backward jumps. Otherwise a Clock set back an hour would hold
 // the next start of every scope for an hour. Timers take durations, so
 // they are not affected.
+//
+// A Clock must be safe for concurrent use: the manager calls it from many
+// goroutines at once.
 type Clock interface {
 	// Now returns the current time. It should never go back; see above.
 	Now() time.Time
@@ -31,7 +34,9 @@ type Clock interface {
 }
 
 // A Timer is the part of *time.Timer the manager uses. Each waiting caller
-// owns at most one, reused with Reset.
+// owns at most one, reused with Reset. A Clock must not return a nil Timer.
+// The manager uses each Timer from one goroutine only, the waiting
+// caller's; its Clock may fire it from another.
 type Timer interface {
 	// C is the channel the timer's time is delivered on.
 	C() <-chan time.Time

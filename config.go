@@ -11,7 +11,11 @@ import (
 
 // Config holds the tunables of a ThrottlingManager. Start from
 // DefaultConfig and change what you need: a field set to zero means zero
-// (Delay 0 is no delay), never "the default". New validates it.
+// (Delay 0 is no delay), never "the default". New validates it, refuses
+// the zero Config (GlobalConcurrency must be >= 1, among others), and keeps
+// its own copy, Scopes map included: change a scope after New with
+// SetScopeConfig. A plain value: don't change it while another goroutine
+// reads it.
 type Config struct {
 	// Default is the configuration of every scope that has no entry in
 	// Scopes and that ScopeConfigFunc does not configure.
@@ -126,7 +130,12 @@ type Config struct {
 }
 
 // ScopeConfig configures one scope. DefaultConfig().Default holds the
-// defaults named on each field.
+// defaults named on each field. A zero ScopeConfig is invalid as
+// Config.Default (Concurrency must be >= 1) and as a ScopeConfigFunc
+// result; as a Config.Scopes entry or a SetScopeConfig argument it means
+// Default's Concurrency, Window, AutoThrottle, Backoff and Rampup, with no
+// delay, no jitter and no quota. A plain value, but copies share the
+// Backoff.Statuses slice: don't change it while another goroutine reads it.
 type ScopeConfig struct {
 	// Concurrency is how many permits the scope admits at once. Default 1.
 	Concurrency int
@@ -169,7 +178,9 @@ type ScopeConfig struct {
 // Jitter is a range of relative changes to a delay: a start's delay is
 // multiplied by 1+u with u drawn uniformly from [Min, Max]. The mean is
 // (Min+Max)/2, so a symmetric range keeps the configured delay on average.
-// The zero value turns jitter off. Min must be >= -1 and Max >= Min.
+// The zero value turns jitter off. Min must be >= -1 and Max >= Min. A
+// plain value: copy it freely, but don't change it while another goroutine
+// reads it.
 type Jitter struct {
 	Min, Max float64
 }

@@ -24,7 +24,10 @@ var (
 // ErrInvalidConfig is wrapped by every *ConfigError.
 var ErrInvalidConfig = errors.New("throttle: invalid config")
 
-// A ConfigError names the configuration field that is invalid and why.
+// A ConfigError names the configuration field that is invalid and why. The
+// zero value names no field; it still matches ErrInvalidConfig. A plain
+// value: copy it freely, but don't change it while another goroutine reads
+// it.
 type ConfigError struct {
 	Field  string // e.g. `Scopes["api"].Delay`
 	Reason string // e.g. "must be >= 0"
@@ -40,7 +43,9 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 // WaitError is returned by Acquire when a caller stops waiting: its
 // context ended, or its deadline falls before the earliest possible start.
 // It wraps the context's error (context.DeadlineExceeded for a deadline
-// that cannot be met).
+// that cannot be met). The manager never makes one with a nil Err; Error
+// panics on a zero WaitError. A plain value: copy it freely, but don't
+// change it while another goroutine reads it.
 type WaitError struct {
 	Scope   string    // the scope that held the request back, if known
 	Reason  Reason    // why it waited
@@ -72,7 +77,10 @@ var ErrTooManyWaiting = errors.New("throttle: too many callers waiting")
 
 // TooManyWaitingError is returned by Acquire at once when Config.MaxWaiting
 // callers already wait: the caller may drop the request or try later,
-// instead of queueing without bound.
+// instead of queueing without bound. Acquire never returns one with Limit 0
+// (MaxWaiting 0 means no cap); a zero value still matches
+// ErrTooManyWaiting. A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
 type TooManyWaitingError struct {
 	Limit int
 }
@@ -94,6 +102,10 @@ var ErrScopeRefusing = errors.New("throttle: scope refuses")
 // drop or reschedule the request instead of parking a worker for hours.
 // The scope's own probes still go through when their time comes, so it is
 // noticed when the site answers again.
+//
+// The zero value names no scope; it still matches ErrScopeRefusing. A plain
+// value: copy it freely, but don't change it while another goroutine reads
+// it.
 type RefusingError struct {
 	Scope   string    // the refusing scope
 	Since   time.Time // its first signal since it last answered otherwise
@@ -116,7 +128,10 @@ func (e *RefusingError) Is(target error) bool { return target == ErrScopeRefusin
 var ErrStoreUnavailable = errors.New("throttle: store unavailable")
 
 // A StoreError is returned by Acquire when the Store failed and
-// Config.StoreFailure is FailClosed. It wraps the store's error.
+// Config.StoreFailure is FailClosed. It wraps the store's error. The
+// manager never makes one with a nil Err; Error panics on a zero
+// StoreError. A plain value: copy it freely, but don't change it while
+// another goroutine reads it.
 type StoreError struct {
 	Op  string // "admit" or "release"
 	Err error
@@ -134,7 +149,8 @@ func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailabl
 // ScopeManagerPanic is what Acquire, Release and SetScopeConfig panic with
 // when a custom ScopeManager panicked: the scope, the method and the value,
 // raised again after the manager released its locks and the request's
-// slots.
+// slots. The zero value names no scope, method or value. A plain value:
+// copy it freely, but don't change it while another goroutine reads it.
 type ScopeManagerPanic struct {
 	Scope  string
 	Method string

@@ -16,7 +16,10 @@ import (
 // Feedback is what one response, or one transport error, tells the scopes of
 // the request that produced it. A FeedbackFunc builds it at Release; the
 // manager fills Latency when the FeedbackFunc left it zero, then hands it to
-// each scope's ScopeManager.Finish.
+// each scope's ScopeManager.Finish. The zero Feedback reports a request
+// that ended with no response, no error and no signal; ReleaseFeedback
+// fills in its Latency. A plain value, but copies share the BackoffScopes
+// and Quota slices: don't change them while another goroutine reads them.
 type Feedback struct {
 	// Latency is how long the server took: connection obtained to first
 	// response byte through the Transport; Acquire's return to Release for
@@ -69,7 +72,9 @@ type Feedback struct {
 	NoAdjust bool
 }
 
-// QuotaUse corrects one scope's quota count at Release.
+// QuotaUse corrects one scope's quota count at Release. The zero QuotaUse
+// corrects nothing. A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
 type QuotaUse struct {
 	// Scope is the scope key; "" means every scope of the request.
 	Scope string

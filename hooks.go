@@ -9,7 +9,9 @@ import (
 // examples/expvar and examples/ext/prometheus). Each may be nil. They are
 // called without any lock of the manager held, on the goroutine of the
 // Acquire or Release that caused the event; they must be quick, and may
-// call the manager.
+// call the manager. The zero Hooks calls nothing. Events come from many
+// goroutines, so a hook may run on several at once and must be safe for
+// concurrent use.
 type Hooks struct {
 	// Admitted: a permit was granted.
 	Admitted func(AdmittedEvent)
@@ -26,14 +28,18 @@ type Hooks struct {
 	Warning func(WarningEvent)
 }
 
-// AdmittedEvent describes a granted permit.
+// AdmittedEvent describes a granted permit. The zero value is an empty
+// event. Each hook call gets its own copy, Scopes included, which the hook
+// may keep.
 type AdmittedEvent struct {
 	Scopes []string
 	At     time.Time
 	Waited time.Duration // since Acquire was called
 }
 
-// ReleasedEvent describes a released permit.
+// ReleasedEvent describes a released permit. The zero value is an empty
+// event. Each hook call gets its own copy, Scopes included, which the hook
+// may keep.
 type ReleasedEvent struct {
 	Scopes  []string
 	Status  int // 0 without a response
@@ -41,7 +47,8 @@ type ReleasedEvent struct {
 	Latency time.Duration
 }
 
-// DelayChangedEvent describes a change of a scope's effective limits.
+// DelayChangedEvent describes a change of a scope's effective limits. The
+// zero value is an empty event. Each hook call gets its own copy.
 type DelayChangedEvent struct {
 	Scope                          string
 	OldDelay, NewDelay             time.Duration
@@ -51,7 +58,8 @@ type DelayChangedEvent struct {
 	Reason Reason
 }
 
-// BackoffEvent describes a backoff signal.
+// BackoffEvent describes a backoff signal. The zero value is an empty
+// event. Each hook call gets its own copy.
 type BackoffEvent struct {
 	Scope  string
 	Status int           // 0 for a transport error
@@ -59,13 +67,15 @@ type BackoffEvent struct {
 	Outage bool          // the scope is probing an outage
 }
 
-// GateSetEvent describes a server-given wait.
+// GateSetEvent describes a server-given wait. The zero value is an empty
+// event. Each hook call gets its own copy.
 type GateSetEvent struct {
 	Scope string
 	Until time.Time
 }
 
-// WarningEvent describes a warning.
+// WarningEvent describes a warning. The zero value is an empty event. Each
+// hook call gets its own copy.
 type WarningEvent struct {
 	Message string
 	Scope   string // "" when not about one scope

@@ -16,6 +16,10 @@ import (
 // Its leases never expire: the managers that hold them live in the same
 // process. Scopes with no lease, nothing pending and nothing learned for
 // an hour are forgotten.
+//
+// A MemoryStore is safe for concurrent use by multiple goroutines and
+// managers. The zero value is not usable (its methods panic): make one with
+// NewMemoryStore.
 type MemoryStore struct {
 	clock Clock
 

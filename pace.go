@@ -30,6 +30,10 @@ import (
 // Rate is the smallest of these rates and Binding the rule that gives it.
 // Stats reports a Pace for every scope, and the status page shows it: when
 // a setting seems to do nothing, Binding names the rule that wins.
+//
+// The zero Pace, Rate 0 with Binding ReasonNone, means no pace is known:
+// Stats gives it for a scope with a custom ScopeManager. A plain value:
+// copy it freely, but don't change it while another goroutine reads it.
 type Pace struct {
 	// Rate is the mean number of starts per second the rules allow in
 	// the long run; +Inf when none bounds it (Delay 0, no latency seen).

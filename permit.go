@@ -12,7 +12,11 @@ import (
 
 // A Permit is the right to send one request. It holds one slot in every
 // scope of the request until Release. Release is idempotent, and a Permit
-// is safe to release from any goroutine.
+// is safe to release from any goroutine. Its methods may be called from
+// several goroutines at once: only the first Release or ReleaseFeedback
+// counts. A zero Permit is not usable (Release panics): permits come from
+// Acquire, TryAcquire and a ReadyQueue. Release and ReleaseFeedback on a
+// nil *Permit do nothing.
 type Permit struct {
 	m        *ThrottlingManager
 	scopes   []held

@@ -83,6 +83,12 @@ import (
 // changed answer the old rate and move nothing. Server-given waits still
 // gate the scope. While rampup is on, jitter never shortens a gap and
 // lengthens it by 2 % at most: a rate limiter refuses what comes early.
+//
+// A zero RampupConfig is invalid (MinSignals must be >= 1, even with
+// Enabled false), except in a Config.Scopes entry or a SetScopeConfig
+// argument, where it stands for Default's; start from DefaultRampupConfig.
+// A plain value: copy it freely, but don't change it while another
+// goroutine reads it.
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool

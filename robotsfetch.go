@@ -38,6 +38,10 @@ import (
 //
 // The delay applies to the scope whose key is the request's host, so it
 // has an effect with HostScope and scopers that include the host.
+//
+// The zero RobotsConfig turns robots.txt handling off (Enabled false);
+// start from DefaultRobotsConfig to keep it on. A plain value, but copies
+// share the Client: don't change it while another goroutine reads it.
 type RobotsConfig struct {
 	// Enabled turns robots.txt handling on. Default true.
 	Enabled bool

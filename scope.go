@@ -15,6 +15,9 @@ import (
 //
 // A custom ScopeManager may wrap the default one (NewDefaultScopeManager)
 // and change what it answers.
+//
+// A ScopeManagerFactory must not return nil: Acquire would panic with a
+// *ScopeManagerPanic.
 type ScopeManager interface {
 	// Admit tells when a request of the given cost may start. An Admission
 	// with Reason ReasonNone admits it now; one with a non-zero At is the
@@ -35,7 +38,9 @@ type ScopeManager interface {
 	Idle(now time.Time) Idleness
 }
 
-// Admission is a ScopeManager's answer to "may a request start now?".
+// Admission is a ScopeManager's answer to "may a request start now?". The
+// zero Admission admits the request now. A plain value: copy it freely, but
+// don't change it while another goroutine reads it.
 type Admission struct {
 	// At is the earliest time worth asking again; zero when unknown.
 	At time.Time
@@ -43,7 +48,10 @@ type Admission struct {
 	Reason Reason
 }
 
-// Ticket is what a ScopeManager gives at Start and gets back at Finish.
+// Ticket is what a ScopeManager gives at Start and gets back at Finish. The
+// manager gives Finish the Ticket that Start returned, so a zero Ticket
+// reaches a ScopeManager only if its Start made one. A plain value: copy it
+// freely, but don't change it while another goroutine reads it.
 type Ticket struct {
 	Slot   int       // the slot the request holds
 	Cost   int64     // the cost counted at admission
@@ -51,7 +59,8 @@ type Ticket struct {
 	Start  time.Time // when the request started
 }
 
-// Idleness tells whether a scope holds anything worth keeping.
+// Idleness tells whether a scope holds anything worth keeping. The zero
+// value is Busy.
 type Idleness uint8
 
 const (
@@ -64,7 +73,7 @@ const (
 	IdleEmpty
 )
 
-// Reason says why a request waits.
+// Reason says why a request waits. The zero value is ReasonNone.
 type Reason uint8
 
 // The reasons a request waits, from the scope's policy or the manager.
@@ -94,7 +103,11 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
-// ScopeParams is what a ScopeManagerFactory gets for one scope.
+// ScopeParams is what a ScopeManagerFactory gets for one scope. The manager
+// always fills Key, Config, Logger and GlobalConcurrency; from a zero
+// ScopeParams, NewDefaultScopeManager makes a scope with Concurrency 0,
+// which admits nothing. A plain value, but copies share Rand, which is not
+// safe for concurrent use.
 type ScopeParams struct {
 	Key    string      // the scope key
 	Config ScopeConfig // validated configuration
@@ -112,7 +125,10 @@ type ScopeParams struct {
 
 // A ScopeManagerFactory makes the ScopeManager of one scope. Callers that
 // see a new scope at once may each call it for the same key: the manager
-// keeps one of the ScopeManagers and drops the others unused.
+// keeps one of the ScopeManagers and drops the others unused. It may be
+// called from several goroutines at once, for one key or several.
+// Config.NewScopeManager nil means NewDefaultScopeManager;
+// ScopeConfig.NewManager nil means Config.NewScopeManager.
 type ScopeManagerFactory func(p ScopeParams) ScopeManager
 
 // NewDefaultScopeManager returns the default policy: slots, delay, slot

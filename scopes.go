@@ -20,7 +20,10 @@ const MaxScopesPerRequest = 32
 // longer cannot be fetched, so it is refused rather than kept as a scope key.
 const maxHostLen = 253
 
-// A Scope is one key a request is throttled by, with the request's cost in it.
+// A Scope is one key a request is throttled by, with the request's cost in
+// it. The zero Scope is invalid: its empty Key makes Acquire fail with
+// ErrEmptyScopeKey. A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
 type Scope struct {
 	// Key names the scope: a host, a registrable domain, "api", ...
 	// It must not be empty.

@@ -4,7 +4,9 @@ import (
 	"time"
 )
 
-// Counts are counters of requests and their outcomes.
+// Counts are counters of requests and their outcomes. The zero value counts
+// nothing. A plain value: copy it freely, but don't change it while another
+// goroutine reads it.
 type Counts struct {
 	Requests uint64 // permits granted
 	// Responses counts the answers by status class: Responses[2] the
@@ -22,7 +24,9 @@ func (c *Counts) add(o *Counts) {
 	c.Signals += o.Signals
 }
 
-// ScopeStats is one scope at the moment of a Stats call.
+// ScopeStats is one scope at the moment of a Stats call. The zero value is
+// a scope with nothing held and no one waiting (ReasonNone). A plain value:
+// copy it freely, but don't change it while another goroutine reads it.
 type ScopeStats struct {
 	Key      string
 	InFlight int // permits held
@@ -56,7 +60,9 @@ type ScopeStats struct {
 	Counts Counts
 }
 
-// Stats is a snapshot of a manager.
+// Stats is a snapshot of a manager. The zero value is an empty snapshot.
+// Stats returns a new one each call; StatsInto overwrites st and reuses its
+// Scopes slice, so st must not be read while StatsInto runs.
 type Stats struct {
 	At                time.Time
 	InFlight          int // permits held, all scopes

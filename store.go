@@ -20,6 +20,9 @@ import (
 // state the store hands them: a Store only counts, compares times and keeps
 // versions, so an implementation is a few atomic operations, like the Lua
 // scripts of redisstore. Package storetest checks an implementation.
+//
+// An implementation must be safe for concurrent use: managers call it from
+// many goroutines at once, with no lock held.
 type Store interface {
 	// Admit admits a request on all of its scopes at once, or on none:
 	// when every scope has a free slot (among its first Concurrency
@@ -44,7 +47,9 @@ type Store interface {
 	Watch(fn func(key string)) (stop func())
 }
 
-// StoreRequest asks a Store to admit one request.
+// StoreRequest asks a Store to admit one request. The zero value has no
+// lease and no scopes. A plain value, but copies share the Scopes slice:
+// don't change it while another goroutine reads it.
 type StoreRequest struct {
 	// Lease names the permit: unique, chosen by the caller.
 	Lease  string
@@ -55,7 +60,9 @@ type StoreRequest struct {
 // limits as the caller's policy sees them. Concurrency and Delay are
 // defaults: a store uses the shared values stored with the learned state
 // when it has them, so every worker applies the latest learned delay at
-// once.
+// once. In the zero value Concurrency is 0: a store with no shared values
+// for the key admits nothing in it. A plain value: copy it freely, but
+// don't change it while another goroutine reads it.
 type StoreScope struct {
 	Key         string
 	Cost        int64
@@ -70,7 +77,10 @@ type StoreScope struct {
 	Version int64
 }
 
-// StoreAnswer is a Store's answer to a StoreRequest.
+// StoreAnswer is a Store's answer to a StoreRequest. The zero StoreAnswer
+// is a refusal with no time: the manager waits for a release (Watch) before
+// asking again. A plain value, but copies share its slices: don't change
+// them while another goroutine reads them.
 type StoreAnswer struct {
 	Admitted bool
 	// Now is the store's time of the answer: the start time when admitted.
@@ -89,19 +99,26 @@ type StoreAnswer struct {
 	Learned []StoreLearned
 }
 
-// StoreTicket is what a Store recorded for one scope of an admitted request.
+// StoreTicket is what a Store recorded for one scope of an admitted
+// request. The zero value is slot 0 and window 0, not "no slot" (-1). A
+// plain value: copy it freely, but don't change it while another goroutine
+// reads it.
 type StoreTicket struct {
 	Slot   int   // the slot taken, -1 without SlotDelay
 	Window int64 // the quota window the cost was counted in
 }
 
-// StoreLearned is a scope's learned state as a Store holds it.
+// StoreLearned is a scope's learned state as a Store holds it. The zero
+// value, version 0 with no Data, is no learned state. A plain value, but
+// copies share Data: don't change it while another goroutine reads it.
 type StoreLearned struct {
 	Version int64
 	Data    []byte
 }
 
-// StoreRelease ends a lease and reports what was learned.
+// StoreRelease ends a lease and reports what was learned. The zero value
+// ends no lease and changes nothing. A plain value, but copies share the
+// Scopes slice: don't change it while another goroutine reads it.
 type StoreRelease struct {
 	// Lease is the admitted request's; empty to store learned state only
 	// (the retry after a conflict).
@@ -109,7 +126,10 @@ type StoreRelease struct {
 	Scopes []StoreReleaseScope
 }
 
-// StoreReleaseScope is one scope of a StoreRelease.
+// StoreReleaseScope is one scope of a StoreRelease. With all other fields
+// zero it only ends the lease in the scope Key: no gate, no quota
+// correction (QuotaWindow 0), no learned state. A plain value, but copies
+// share Data: don't change it while another goroutine reads it.
 type StoreReleaseScope struct {
 	Key    string
 	Ticket StoreTicket
@@ -132,19 +152,25 @@ type StoreReleaseScope struct {
 }
 
 // StoreReleaseAnswer lists the scopes whose learned state was not stored
-// because another worker stored a newer version first.
+// because another worker stored a newer version first. The zero value has
+// no conflicts: all the learned state was stored. A plain value, but copies
+// share the Conflicts slice: don't change it while another goroutine reads
+// it.
 type StoreReleaseAnswer struct {
 	Conflicts []StoreConflict
 }
 
 // StoreConflict is a scope's learned state as the store holds it after a
-// conflicting Release.
+// conflicting Release. The zero value names the first scope with no learned
+// state (version 0). A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
 type StoreConflict struct {
 	Scope   int // index into StoreRelease.Scopes
 	Learned StoreLearned
 }
 
-// StoreFailureMode says what Acquire does when the Store fails.
+// StoreFailureMode says what Acquire does when the Store fails. The zero
+// value is FailClosed.
 type StoreFailureMode uint8
 
 const (

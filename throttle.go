@@ -16,7 +16,9 @@ import (
 //
 // A ThrottlingManager is safe for concurrent use by multiple goroutines.
 // Waiting callers are served in arrival order per scope; waiting costs no
-// goroutine beyond the caller's own and at most one timer per caller.
+// goroutine beyond the caller's own and at most one timer per caller. A
+// zero ThrottlingManager is not usable (Acquire and most other methods
+// panic): make one with New.
 type ThrottlingManager struct {
 	cfg      Config
 	clock    Clock

@@ -36,7 +36,7 @@ import (
 // or http.Client.Timeout makes a Read in progress fail at once. A caller
 // that cancels while not reading frees the slots at its next Read or at
 // Close. A caller that never closes a response body keeps the permit's
-// slots.
+// slots. The zero value is not usable: RoundTrip panics.
 type Transport struct {
 	m    *ThrottlingManager
 	base http.RoundTripper
