@@ -29,6 +29,13 @@ import (
 // configuration wins and one warning names both values, unless the scope
 // sets IgnoreRobotsTxt, which silences robots.txt altogether.
 //
+// The fetch is counted apart from the caller's requests: Stats counts it
+// in Counts.Robots only (not in Requests, Responses or Signals), and the
+// hooks' events mark it (ReleasedEvent.Robots, with its URL). In the
+// scope it takes a slot while it runs, and the scope learns from its
+// answer as from any (a 429 or 503 on it backs the scope off, a
+// Retry-After gates it).
+//
 // Failures never hold crawling up for long: a request waits at most
 // FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
 // (cached for TTL); a 5xx, a network error or a timeout means no new rules
@@ -163,16 +170,38 @@ func (o origin) String() string {
 }
 
 // originOf returns req's origin; ok=false when robots.txt does not apply
-// (not http or https, or a robots.txt fetch itself).
+// (not http or https).
 func originOf(req *http.Request) (origin, bool) {
 	u := req.URL
 	if u == nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return origin{}, false
 	}
-	if v, _ := req.Context().Value(robotsFetchKey{}).(bool); v {
-		return origin{}, false
-	}
 	return origin{https: u.Scheme == "https", host: u.Host}, true
+}
+
+// isRobotsFetch reports whether req is a robots.txt fetch of the
+// manager's own (a request of robotsCache.get, or a redirect it follows).
+func isRobotsFetch(req *http.Request) bool {
+	v, _ := req.Context().Value(robotsFetchKey{}).(bool)
+	return v
+}
+
+// before does what robots.txt asks of req before it is admitted (Acquire
+// and the Transport): it makes sure req's origin has a robots.txt
+// (ensure). It returns whether req is the manager's own robots.txt fetch
+// (which fetches nothing), the time (later than now if it waited for the
+// fetch), and ctx's error, as a *WaitError, if it ended during the fetch.
+func (c *robotsCache) before(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (fetch bool, _ time.Time, _ error) {
+	if isRobotsFetch(req) {
+		return true, now, nil
+	}
+	if c.ensure(ctx, req, rt, now) {
+		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
+			return false, now, &WaitError{Reason: ReasonRobots, Err: err}
+		}
+		now = c.m.clock.Now()
+	}
+	return false, now, nil
 }
 
 // fresh reports whether the origin has a robots.txt fresh at now.
