@@ -393,12 +393,14 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	p.acquired = now
 }
 
-// startRobots is start for the manager's robots.txt fetch: counted apart.
+// startRobots is start for the manager's robots.txt fetch: counted apart,
+// and, in a default scope, no start for the delay (defaultScope.startRobots).
+// A custom ScopeManager starts it as any request.
 func (m *ThrottlingManager) startRobots(p *Permit, now time.Time) {
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		if d, ok := h.s.mgr.(*defaultScope); ok {
-			d.start(&h.ticket, now, h.cost)
+			d.startRobots(&h.ticket, now, h.cost)
 		} else {
 			h.ticket = h.s.start(now, h.cost)
 		}

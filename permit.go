@@ -173,7 +173,11 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 			before, _ = snapOf(h.s)
 		}
 		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
-			d.Finish(now, h.ticket, fb)
+			if p.robots {
+				d.finishRobots(now, h.ticket, fb)
+			} else {
+				d.Finish(now, h.ticket, fb)
+			}
 		} else {
 			if shared == nil {
 				shared = new(Feedback)

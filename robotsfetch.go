@@ -34,7 +34,16 @@ import (
 // hooks' events mark it (ReleasedEvent.Robots, with its URL). In the
 // scope it takes a slot while it runs, and the scope learns from its
 // answer as from any (a 429 or 503 on it backs the scope off, a
-// Retry-After gates it).
+// Retry-After gates it), and it waits its turn like any request. But in
+// a scope with the default ScopeManager it is no start for the scope's
+// Delay or SlotDelay: the origin's first page starts as soon as
+// robots.txt is in, not a Delay later. It does count as a start, so the
+// next request waits the scope's delay after the fetch started, when
+// robots.txt asks for a delay (a Crawl-delay or Request-rate: the polite
+// reading; the scope's delay is then the larger of it and Delay), and
+// when its answer was a backoff signal or the scope is backing off (the
+// raised delay). With a custom ScopeManager or a Store it is a start like
+// any request.
 //
 // Failures never hold crawling up for long: a request waits at most
 // FetchTimeout for its origin's robots.txt. A 4xx answer means no rules

@@ -2,7 +2,8 @@ package throttle
 
 // Issue 16 item 2: what a new user of robots.txt handling met. robots.txt
 // fetches counted as pages in Stats and the hooks, with no way to tell
-// them apart.
+// them apart; the first page of each origin waited a whole Delay behind
+// its robots.txt.
 
 import (
 	"net/http"
@@ -120,5 +121,151 @@ func TestRobotsSignalCountedApart(t *testing.T) {
 		require.Len(t, log.backoff, 1)
 		assert.True(t, log.backoff[0].Robots)
 		assert.Equal(t, 503, log.backoff[0].Status)
+	})
+}
+
+// timedSite answers robots.txt (after latency) with robotsTxt or
+// robotsStatus, and pages with 200 at once, recording when each page
+// request came.
+type timedSite struct {
+	robotsTxt    string
+	robotsStatus int
+	latency      time.Duration
+	t0           time.Time
+	failPages    int // the first failPages pages answer 503
+	mu           sync.Mutex
+	pages        []time.Duration
+	robotsAt     []time.Duration
+}
+
+func (s *timedSite) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	if req.URL.Path == "/robots.txt" {
+		s.robotsAt = append(s.robotsAt, time.Since(s.t0))
+		s.mu.Unlock()
+		time.Sleep(s.latency)
+		st := s.robotsStatus
+		if st == 0 {
+			st = 200
+		}
+		return respond(req, st, s.robotsTxt), nil
+	}
+	s.pages = append(s.pages, time.Since(s.t0))
+	fail := len(s.pages) <= s.failPages
+	s.mu.Unlock()
+	if fail {
+		return respond(req, 503, "busy"), nil
+	}
+	return respond(req, 200, "page"), nil
+}
+
+// TestRobotsFirstPageTiming: the robots.txt fetch takes a slot but is no
+// start for the scope's Delay: with Delay 1 s the first page starts as
+// soon as robots.txt is in (100 ms), the next one Delay after the first.
+// When robots.txt asks for a delay (Crawl-delay: 5) the fetch counts as a
+// start, the polite reading: the first page 5 s after it, the second 5 s
+// after the first. A 503 on robots.txt backs the scope off from the
+// fetch's start (a 429 under rampup too), and so does a scope already
+// backing off when robots.txt is fetched again.
+func TestRobotsFirstPageTiming(t *testing.T) {
+	crawl := func(t *testing.T, site *timedSite, mutate func(*Config)) *ThrottlingManager {
+		m := robotsManager(t, func(c *Config) {
+			c.Default.Delay, c.Default.Concurrency = time.Second, 1
+			c.Default.Backoff.Jitter = Jitter{}
+			if mutate != nil {
+				mutate(c)
+			}
+		})
+		client := &http.Client{Transport: m.Transport(site)}
+		site.t0 = time.Now()
+		for _, p := range []string{"/a", "/b", "/c"} {
+			fetchPage(t, client, "http://shop.example"+p, "")
+		}
+		return m
+	}
+	t.Run("no Crawl-delay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			site := &timedSite{robotsTxt: "User-agent: *\nDisallow: /private\n", latency: 100 * time.Millisecond}
+			crawl(t, site, nil)
+			assert.Equal(t, []time.Duration{0}, site.robotsAt)
+			assert.Equal(t, []time.Duration{100 * ms, 1100 * ms, 2100 * ms}, site.pages,
+				"the first page right after robots.txt, then Delay apart")
+		})
+	})
+	t.Run("404", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			site := &timedSite{robotsStatus: 404, latency: 100 * time.Millisecond}
+			crawl(t, site, nil)
+			assert.Equal(t, []time.Duration{100 * ms, 1100 * ms, 2100 * ms}, site.pages)
+		})
+	})
+	t.Run("SlotDelay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			site := &timedSite{robotsStatus: 404, latency: 100 * time.Millisecond}
+			crawl(t, site, func(c *Config) { c.Default.Delay, c.Default.SlotDelay = 0, 2*time.Second })
+			assert.Equal(t, []time.Duration{100 * ms, 2100 * ms, 4100 * ms}, site.pages,
+				"no slot delay behind robots.txt either")
+		})
+	})
+	t.Run("Crawl-delay 5", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			site := &timedSite{robotsTxt: "User-agent: *\nCrawl-delay: 5\n", latency: 100 * time.Millisecond}
+			crawl(t, site, nil)
+			assert.Equal(t, []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}, site.pages,
+				"5 s after the robots.txt request, then 5 s apart")
+		})
+	})
+	t.Run("Request-rate under Delay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// Request-rate 1/500ms asks less than Delay: the configured
+			// Delay rules, from the robots.txt fetch's start.
+			site := &timedSite{robotsTxt: "User-agent: *\nRequest-rate: 2/1s\n", latency: 100 * time.Millisecond}
+			crawl(t, site, nil)
+			assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}, site.pages)
+		})
+	})
+	t.Run("503", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			site := &timedSite{robotsStatus: 503, latency: 100 * time.Millisecond}
+			m := crawl(t, site, nil)
+			b := scopeStat(m.Stats(), "shop.example")
+			require.NotNil(t, b)
+			require.Greater(t, b.BackoffDelay, time.Second)
+			assert.Equal(t, b.BackoffDelay, site.pages[0], "the first page waits the backoff delay after robots.txt")
+		})
+	})
+	t.Run("refetch while backing off", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The page's 503 raised the delay; robots.txt, fetched again
+			// after its TTL, counts as a start then: the next page waits
+			// the backoff delay after it, not right after it.
+			site := &timedSite{robotsStatus: 404, failPages: 1}
+			m := robotsManager(t, func(c *Config) {
+				c.Default.Delay, c.Default.Concurrency = time.Second, 1
+				c.Default.Backoff.Jitter = Jitter{}
+				c.Robots.TTL = 10 * time.Second
+			})
+			client := &http.Client{Transport: m.Transport(site)}
+			site.t0 = time.Now()
+			fetchPage(t, client, "http://shop.example/a", "")
+			time.Sleep(20 * time.Second)
+			fetchPage(t, client, "http://shop.example/b", "")
+			b := scopeStat(m.Stats(), "shop.example")
+			require.NotNil(t, b)
+			require.Greater(t, b.BackoffDelay, time.Second)
+			require.Len(t, site.robotsAt, 2)
+			assert.Equal(t, b.BackoffDelay, site.pages[1]-site.robotsAt[1])
+		})
+	})
+	t.Run("429 under rampup", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// With rampup on, rampup takes a 429, not backoff (the delay
+			// stays rampup's 1 s this early): the signal still makes the
+			// fetch a start, so the first page waits that delay after
+			// robots.txt, not 100 ms.
+			site := &timedSite{robotsStatus: 429, latency: 100 * time.Millisecond}
+			crawl(t, site, func(c *Config) { c.Default.Rampup.Enabled = true })
+			assert.Equal(t, time.Second, site.pages[0])
+		})
 	})
 }
