@@ -3,7 +3,7 @@ package throttle
 // Issue 16 item 2: what a new user of robots.txt handling met. robots.txt
 // fetches counted as pages in Stats and the hooks, with no way to tell
 // them apart; the first page of each origin waited a whole Delay behind
-// its robots.txt.
+// its robots.txt. (Enforcing Disallow: robotsenforce_test.go.)
 
 import (
 	"net/http"
