@@ -119,6 +119,30 @@ func (a *admission) start(now time.Time, conc int32, slotDelay time.Duration, qu
 	return slotIndex, window
 }
 
+// startUncounted records a start of cost at now, which check admitted,
+// that is no start for the gap or the slot delay: it takes a slot and
+// counts in the quota window, and leaves the previous start and the
+// slot's as they were. The manager's robots.txt fetch starts so, and its
+// caller records the rest (defaultScope.startRobots). It returns what
+// start returns.
+func (a *admission) startUncounted(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	a.inFlight++
+	slotIndex = -1
+	if slotDelay > 0 {
+		i, _ := a.freeSlot(now, conc, slotDelay)
+		if i < 0 {
+			a.slots = append(a.slots, slot{})
+			i = len(a.slots) - 1
+		}
+		a.slots[i].busy = true
+		slotIndex = i
+	}
+	if quota > 0 {
+		window = a.quota.add(now, w, cost)
+	}
+	return slotIndex, window
+}
+
 // finish ends a start that took slotIndex.
 func (a *admission) finish(slotIndex int) {
 	if a.inFlight > 0 {

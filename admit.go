@@ -58,7 +58,8 @@ func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
 			p.ReleaseFeedback(Feedback{NoAdjust: true})
 		}
 	}()
-	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called))})
+	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
+		URL: p.url, Robots: p.robots})
 	ok = true
 }
 
@@ -68,16 +69,18 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 		return nil, &WaitError{Err: err}
 	}
 	now := m.clock.Now()
-	if m.robots != nil && req != nil && m.robots.ensure(ctx, req, rt, now) {
-		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
-			return nil, &WaitError{Reason: ReasonRobots, Err: err}
+	robotsFetch := false
+	if m.robots != nil && req != nil {
+		var err error
+		if robotsFetch, now, err = m.robots.before(ctx, req, rt, now); err != nil {
+			return nil, err
 		}
-		now = m.clock.Now()
 	}
 	p, err := m.newPermit(ctx, req, now, false)
 	if err != nil {
 		return nil, err
 	}
+	p.robots = robotsFetch
 	if m.shared != nil && m.useStore(now) {
 		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
 			return p, err
@@ -165,9 +168,9 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	var p *Permit
 	if pooled {
 		p = unusedPermits.Get().(*Permit)
-		p.m = m
+		p.m, p.url = m, req.URL
 	} else {
-		p = &Permit{m: m}
+		p = &Permit{m: m, url: req.URL}
 	}
 	rctx := req.Context()
 	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
@@ -373,6 +376,10 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 
 // start records the start in every scope of p.
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
+	if p.robots {
+		m.startRobots(p, now)
+		return
+	}
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		if d, ok := h.s.mgr.(*defaultScope); ok {
@@ -381,7 +388,24 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 			h.ticket = h.s.start(now, h.cost)
 		}
 		h.s.lastUsed = now.UnixNano()
-		h.s.counts.started()
+		h.s.started(false)
+	}
+	p.acquired = now
+}
+
+// startRobots is start for the manager's robots.txt fetch: counted apart,
+// and, in a default scope, no start for the delay (defaultScope.startRobots).
+// A custom ScopeManager starts it as any request.
+func (m *ThrottlingManager) startRobots(p *Permit, now time.Time) {
+	for i := range p.scopes {
+		h := &p.scopes[i]
+		if d, ok := h.s.mgr.(*defaultScope); ok {
+			d.startRobots(&h.ticket, now, h.cost)
+		} else {
+			h.ticket = h.s.start(now, h.cost)
+		}
+		h.s.lastUsed = now.UnixNano()
+		h.s.started(true)
 	}
 	p.acquired = now
 }

@@ -71,6 +71,25 @@
 // shows it, so when a setting seems to do nothing, the binding rule names
 // the one that wins.
 //
+// # robots.txt
+//
+// With Config.Robots on (the default), the first request to an origin
+// through Acquire or the Transport fetches its robots.txt, once, through
+// the throttle, and caches it for a day. A Crawl-delay or Request-rate
+// sets the host's scope to one request at a time at that delay. The fetch
+// is the manager's, not a page: Stats counts it in Counts.Robots, apart
+// from Requests and Responses, and the hooks' events mark it (Robots,
+// with its URL). It holds a slot while it runs and the scope learns from
+// its answer, but it is no start for the scope's Delay: the origin's
+// first page starts as soon as robots.txt is in, unless robots.txt asks
+// for a delay (then the first page waits that delay after the fetch), its
+// answer was a 429 or 503, or the host is backing off. The Allow and Disallow rules are enforced
+// only with RobotsConfig.Enforce: Acquire and the Transport then refuse a
+// disallowed URL with a *DisallowedError before sending it, and every URL
+// of an origin whose robots.txt is unreachable (a 5xx, a network error),
+// as RFC 9309 requires. Otherwise check them with RobotsFor. See
+// RobotsConfig.
+//
 // # Time
 //
 // Policies never read a clock: every ScopeManager method is given now, so

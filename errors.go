@@ -6,6 +6,7 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -161,6 +162,65 @@ type ScopeManagerPanic struct {
 func (p *ScopeManagerPanic) Error() string {
 	return fmt.Sprintf("throttle: the ScopeManager of scope %q panicked in %s: %v", p.Scope, p.Method, p.Value)
 }
+
+// ErrDisallowed is matched (errors.Is) by *DisallowedError.
+var ErrDisallowed = errors.New("throttle: disallowed by robots.txt")
+
+// DisallowedError is returned by Acquire and the Transport under
+// RobotsConfig.Enforce for a URL that its origin's robots.txt disallows
+// for the user agent, or whose origin's robots.txt could not be fetched
+// (Unreachable). It is returned before the request is sent, holding no
+// slot; through an http.Client it comes wrapped in a *url.Error, which
+// errors.Is and errors.As see through. Dropping the URL is the answer to
+// a Disallow; an Unreachable origin is worth trying again at RetryAt.
+//
+// The manager makes it and never changes it after returning it, so any
+// goroutine may read it (URL is the request's, shared: read it only). The
+// zero value is no refusal the manager would make; its Error still reads.
+type DisallowedError struct {
+	// URL is the refused request's URL: the request's own, not a copy.
+	URL *url.URL
+	// Origin is the origin whose robots.txt refused it, e.g.
+	// "https://shop.example:8443".
+	Origin string
+	// UserAgent is what was matched against robots.txt's groups:
+	// RobotsConfig.UserAgent, else the product token of the request's
+	// User-Agent header; "" means only the "*" group applied.
+	UserAgent string
+	// Unreachable says robots.txt could not be fetched (a 5xx, a network
+	// error, a timeout) and no earlier copy is cached: RFC 9309 2.3.1.4
+	// requires assuming complete disallow then, until a fetch succeeds.
+	Unreachable bool
+	// RetryAt is, when Unreachable, when robots.txt will be fetched again
+	// (by the first request of the origin after it); zero when unknown.
+	RetryAt time.Time
+}
+
+// Error names the URL, the origin and the agent, or says the origin's
+// robots.txt is unreachable.
+func (e *DisallowedError) Error() string {
+	agent := strconv.Quote(e.UserAgent)
+	if e.UserAgent == "" {
+		agent = `"*"`
+	}
+	u := ""
+	if e.URL != nil {
+		u = e.URL.Redacted()
+	}
+	if e.Unreachable {
+		msg := "throttle: robots.txt of " + e.Origin + " is unreachable, which disallows every URL (RFC 9309), " + u
+		if !e.RetryAt.IsZero() {
+			msg += " included; fetched again after " + e.RetryAt.Format(time.RFC3339)
+		} else {
+			msg += " included"
+		}
+		return msg
+	}
+	return "throttle: robots.txt of " + e.Origin + " disallows " + u + " for user agent " + agent
+}
+
+// Is reports whether target is ErrDisallowed.
+func (e *DisallowedError) Is(target error) bool { return target == ErrDisallowed }
 
 // ErrHeldTooLong is the error of the feedback a permit is released with
 // when Config.MaxHold reclaims it.

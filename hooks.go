@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -12,6 +13,10 @@ import (
 // call the manager. The zero Hooks calls nothing. Events come from many
 // goroutines, so a hook may run on several at once and must be safe for
 // concurrent use.
+//
+// The robots.txt fetches the manager makes itself (RobotsConfig) are
+// permits too: their AdmittedEvent, ReleasedEvent and BackoffEvent have
+// Robots set, so a metric of the caller's requests can skip them.
 type Hooks struct {
 	// Admitted: a permit was granted.
 	Admitted func(AdmittedEvent)
@@ -28,23 +33,41 @@ type Hooks struct {
 	Warning func(WarningEvent)
 }
 
-// AdmittedEvent describes a granted permit. The zero value is an empty
-// event. Each hook call gets its own copy, Scopes included, which the hook
-// may keep.
+// AdmittedEvent describes a granted permit. It is a value the hook owns,
+// except URL, which is shared with the request: hooks may run on several
+// goroutines at once, so they read URL and never change it. In the zero
+// value URL is nil and Robots false (one of the caller's requests).
 type AdmittedEvent struct {
 	Scopes []string
 	At     time.Time
 	Waited time.Duration // since Acquire was called
+	// URL is the URL of the request the permit was granted for: the
+	// request's own *url.URL, not a copy, so read it but do not change
+	// it. Nil when the request had none (scopes from WithScopes).
+	URL *url.URL
+	// Robots is true for a robots.txt fetch the manager made itself
+	// (RobotsConfig), false for the caller's requests. Stats counts these
+	// in Counts.Robots only; a metric of pages skips them.
+	Robots bool
 }
 
-// ReleasedEvent describes a released permit. The zero value is an empty
-// event. Each hook call gets its own copy, Scopes included, which the hook
-// may keep.
+// ReleasedEvent describes a released permit. It is a value the hook owns,
+// except URL, which is shared with the request: hooks may run on several
+// goroutines at once, so they read URL and never change it. In the zero
+// value URL is nil and Robots false (one of the caller's requests).
 type ReleasedEvent struct {
 	Scopes  []string
 	Status  int // 0 without a response
 	Err     error
 	Latency time.Duration
+	// URL is the URL of the request the permit was granted for: the
+	// request's own *url.URL, not a copy, so read it but do not change
+	// it. Nil when the request had none (scopes from WithScopes).
+	URL *url.URL
+	// Robots is true for a robots.txt fetch the manager made itself
+	// (RobotsConfig), false for the caller's requests: a metric of pages
+	// skips the events with Robots set, as Stats does (Counts.Robots).
+	Robots bool
 }
 
 // DelayChangedEvent describes a change of a scope's effective limits. The
@@ -65,6 +88,10 @@ type BackoffEvent struct {
 	Status int           // 0 for a transport error
 	Delay  time.Duration // the scope's delay after it
 	Outage bool          // the scope is probing an outage
+	// Robots is true when the signal was the answer to a robots.txt
+	// fetch the manager made itself: the scope backs off all the same,
+	// but Counts.Signals does not count it.
+	Robots bool
 }
 
 // GateSetEvent describes a server-given wait. The zero value is an empty
@@ -122,7 +149,7 @@ type hookEvents struct {
 }
 
 // observe compares a scope's policy before and after a response.
-func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal bool) {
+func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal, robots bool) {
 	after, ok := snapOf(s)
 	if !ok {
 		return
@@ -132,7 +159,7 @@ func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal 
 			OldConcurrency: before.conc, NewConcurrency: after.conc, Reason: after.why})
 	}
 	if signal {
-		ev.backoff = append(ev.backoff, BackoffEvent{Scope: s.key, Status: fb.Status, Delay: after.delay, Outage: after.outage})
+		ev.backoff = append(ev.backoff, BackoffEvent{Scope: s.key, Status: fb.Status, Delay: after.delay, Outage: after.outage, Robots: robots})
 	}
 	if after.gate.After(before.gate) {
 		ev.gates = append(ev.gates, GateSetEvent{Scope: s.key, Until: after.gate})

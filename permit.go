@@ -6,6 +6,7 @@ package throttle
 
 import (
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -24,6 +25,8 @@ type Permit struct {
 	acquired time.Time
 	released atomic.Bool
 	noAdjust bool
+	robots   bool     // a robots.txt fetch of the manager's (robotsfetch.go)
+	url      *url.URL // the request's URL, for the hooks; nil if it had none
 
 	// ext holds what only a Store or MaxHold needs, so a plain Permit
 	// stays small (it is the one allocation of an Acquire).
@@ -174,7 +177,11 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 			before, _ = snapOf(h.s)
 		}
 		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
-			d.Finish(now, h.ticket, fb)
+			if p.robots {
+				d.finishRobots(now, h.ticket, fb)
+			} else {
+				d.Finish(now, h.ticket, fb)
+			}
 		} else {
 			if shared == nil {
 				shared = new(Feedback)
@@ -185,12 +192,12 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		}
 		h.s.lastUsed = now.UnixNano()
 		signal := signalOf(h.s, fb)
-		h.s.counts.finished(now, fb, signal)
-		if h.s.counts.requests == ineffectiveAfter {
+		h.s.counts.finished(now, fb, signal, p.robots)
+		if h.s.counts.requests == ineffectiveAfter && !p.robots {
 			m.checkIneffective(h.s)
 		}
 		if watch {
-			ev.observe(h.s, before, fb, signal)
+			ev.observe(h.s, before, fb, signal, p.robots)
 		}
 		wakeNeeding(h.s, h.s.queue.head)
 		h.s.mu.Unlock()
@@ -209,7 +216,7 @@ func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents
 		m.fire(ev)
 	}
 	if h := m.cfg.Hooks.Released; h != nil {
-		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency})
+		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url, Robots: p.robots})
 	}
 	m.flushWarnings()
 }

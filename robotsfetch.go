@@ -14,8 +14,10 @@ import (
 	"github.com/crawlerkit/throttle/robots"
 )
 
-// RobotsConfig configures how the manager fetches robots.txt and applies
-// its Crawl-delay and Request-rate.
+// RobotsConfig configures how the manager fetches robots.txt, applies its
+// Crawl-delay and Request-rate, and (with Enforce) its Allow and Disallow
+// rules. The zero value has robots.txt handling off; DefaultRobotsConfig
+// has it on. A manager reads its RobotsConfig once, at New.
 //
 // On the first request to an origin (scheme, host and port) through
 // Acquire or the Transport, its /robots.txt is fetched once, through the
@@ -29,12 +31,42 @@ import (
 // configuration wins and one warning names both values, unless the scope
 // sets IgnoreRobotsTxt, which silences robots.txt altogether.
 //
+// The fetch is counted apart from the caller's requests: Stats counts it
+// in Counts.Robots only (not in Requests, Responses or Signals), and the
+// hooks' events mark it (ReleasedEvent.Robots, with its URL). In the
+// scope it takes a slot while it runs, and the scope learns from its
+// answer as from any (a 429 or 503 on it backs the scope off, a
+// Retry-After gates it), and it waits its turn like any request. But in
+// a scope with the default ScopeManager it is no start for the scope's
+// Delay or SlotDelay: the origin's first page starts as soon as
+// robots.txt is in, not a Delay later. It does count as a start, so the
+// next request waits the scope's delay after the fetch started, when
+// robots.txt asks for a delay (a Crawl-delay or Request-rate: the polite
+// reading; the scope's delay is then the larger of it and Delay), and
+// when its answer was a backoff signal or the scope is backing off (the
+// raised delay). With a custom ScopeManager or a Store it is a start like
+// any request.
+//
 // Failures never hold crawling up for long: a request waits at most
 // FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
 // (cached for TTL); a 5xx, a network error or a timeout means no new rules
 // this time (rules fetched before are kept) and the fetch is retried after
 // 1 minute, doubling per failure up to TTL. More than 5 redirects mean no
-// rules, as RFC 9309 allows. TryAcquire never fetches; use RobotsFor.
+// rules, as RFC 9309 allows.
+//
+// The Allow and Disallow rules are enforced only with Enforce: then
+// Acquire and the Transport return a *DisallowedError (errors.Is
+// ErrDisallowed) for a URL the rules disallow for UserAgent, before the
+// request is sent and without taking a slot; robots.txt itself is never
+// refused. An origin whose robots.txt could not be fetched (a 5xx, a
+// network error, a timeout) and has no earlier copy disallows every URL,
+// as RFC 9309 2.3.1.4 requires, until a fetch succeeds: its URLs get a
+// *DisallowedError with Unreachable set and RetryAt. A 4xx robots.txt
+// allows everything. Without Enforce, check the rules yourself with
+// RobotsFor.
+//
+// TryAcquire, and so ReadyQueue, never fetch robots.txt and never
+// enforce it: call RobotsFor and check Allowed before queueing a URL.
 //
 // The delay applies to the scope whose key is the request's host, so it
 // has an effect with HostScope and scopers that include the host.
@@ -45,9 +77,11 @@ import (
 type RobotsConfig struct {
 	// Enabled turns robots.txt handling on. Default true.
 	Enabled bool
-	// UserAgent is the product token matched against robots.txt groups.
-	// Empty means the product token of each request's User-Agent header;
-	// with none, only the "*" group applies. Default "".
+	// UserAgent is the product token matched against robots.txt groups,
+	// for the delay and, under Enforce, the rules. Empty means the
+	// product token of each request's User-Agent header (of the first
+	// request of the origin, for the delay); with none, only the "*"
+	// group applies. Default "".
 	UserAgent string
 	// MaxDelay caps the delay robots.txt can ask for. Default 60s.
 	MaxDelay time.Duration
@@ -65,6 +99,13 @@ type RobotsConfig struct {
 	// MaxOrigins bounds the cache; beyond it, expired entries and then the
 	// oldest are dropped. Default 100000.
 	MaxOrigins int
+	// Enforce makes Acquire and the Transport refuse, with a
+	// *DisallowedError, a URL that its origin's robots.txt disallows for
+	// UserAgent, or any URL of an origin whose robots.txt is unreachable
+	// (see above). Default (and zero value) false: the rules are only
+	// parsed, for RobotsFor. Read once, at New; it holds for every
+	// goroutine using the manager.
+	Enforce bool
 	// MaxBytes bounds the memory the cached rules take (estimated): a
 	// link farm serving 500 KiB files of rules would otherwise hold about
 	// 2.8 MB per origin. Beyond it the oldest entries are dropped (and
@@ -167,16 +208,81 @@ func (o origin) String() string {
 }
 
 // originOf returns req's origin; ok=false when robots.txt does not apply
-// (not http or https, or a robots.txt fetch itself).
+// (not http or https).
 func originOf(req *http.Request) (origin, bool) {
 	u := req.URL
 	if u == nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return origin{}, false
 	}
-	if v, _ := req.Context().Value(robotsFetchKey{}).(bool); v {
-		return origin{}, false
-	}
 	return origin{https: u.Scheme == "https", host: u.Host}, true
+}
+
+// isRobotsFetch reports whether req is a robots.txt fetch of the
+// manager's own (a request of robotsCache.get, or a redirect it follows).
+func isRobotsFetch(req *http.Request) bool {
+	v, _ := req.Context().Value(robotsFetchKey{}).(bool)
+	return v
+}
+
+// before does what robots.txt asks of req before it is admitted (Acquire
+// and the Transport): it makes sure req's origin has a robots.txt (ensure)
+// and, under Enforce, refuses req if that robots.txt disallows it. It
+// returns whether req is the manager's own robots.txt fetch (which is
+// never refused and fetches nothing), the time (later than now if it
+// waited for the fetch), and the error to return: ctx's, as a
+// *WaitError, if it ended during the fetch, or a *DisallowedError.
+func (c *robotsCache) before(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (fetch bool, _ time.Time, _ error) {
+	if isRobotsFetch(req) {
+		return true, now, nil
+	}
+	if c.ensure(ctx, req, rt, now) {
+		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
+			return false, now, &WaitError{Reason: ReasonRobots, Err: err}
+		}
+		now = c.m.clock.Now()
+	}
+	if c.cfg.Enforce {
+		if err := c.enforce(req); err != nil {
+			return false, now, err
+		}
+	}
+	return false, now, nil
+}
+
+// enforce returns a *DisallowedError if the robots.txt of req's origin,
+// as ensure left it, disallows req for the configured user agent (or the
+// product token of req's User-Agent), or could not be fetched: RFC 9309
+// 2.3.1.4's complete disallow, as RobotsFor answers. A fetch still
+// running (a caller that waited FetchTimeout for it) or an entry already
+// evicted count as unreachable too: under Enforce no URL goes unchecked.
+func (c *robotsCache) enforce(req *http.Request) error {
+	key, ok := originOf(req)
+	if !ok {
+		return nil // not http or https: no robots.txt applies
+	}
+	agent := c.cfg.UserAgent
+	if agent == "" {
+		agent = robots.ProductToken(req.UserAgent())
+	}
+	c.mu.RLock()
+	e := c.origins[key]
+	var rules *robots.Robots
+	var retry time.Time
+	unreachable := e == nil || !e.ready
+	if !unreachable {
+		rules = e.robots
+		if e.failures > 0 && rules == nil {
+			unreachable, retry = true, e.expires
+		}
+	}
+	c.mu.RUnlock()
+	switch {
+	case unreachable:
+		return &DisallowedError{URL: req.URL, Origin: key.String(), UserAgent: agent, Unreachable: true, RetryAt: retry}
+	case rules.Allowed(agent, req.URL.RequestURI()):
+		return nil
+	}
+	return &DisallowedError{URL: req.URL, Origin: key.String(), UserAgent: agent}
 }
 
 // fresh reports whether the origin has a robots.txt fresh at now.
@@ -528,7 +634,8 @@ func (c *robotsCache) evictLocked(now time.Time) {
 // requires, until a fetch succeeds (retried after a minute, then doubling).
 // It returns an error when robots.txt handling is off or req has no URL,
 // and one wrapping ctx.Err() when ctx ends before the fetch does (the
-// fetch goes on for the other callers).
+// fetch goes on for the other callers). Under RobotsConfig.Enforce,
+// Acquire and the Transport refuse what this answer disallows.
 func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*robots.Robots, error) {
 	if m.robots == nil {
 		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")

@@ -174,6 +174,10 @@ type defaultScope struct {
 	// Backoff.Jitter (see gap).
 	lastSignal    bool
 	backoffJitter bool
+	// robotsStart says the previous start was a robots.txt fetch whose gap
+	// is still zero, until SetRobotsDelay says what robots.txt asks (see
+	// startRobots).
+	robotsStart bool
 
 	// learned state, one part a file
 	robots  time.Duration // robots.txt delay (0: none)
@@ -208,10 +212,62 @@ func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
 	}
 }
 
-// SetRobotsDelay sets the delay robots.txt asks for; 0 removes it.
+// SetRobotsDelay sets the delay robots.txt asks for; 0 removes it. Called
+// after a robots.txt fetch of the scope (see startRobots), a delay makes
+// that fetch a start for it: the next request waits the delay after the
+// fetch started, as a Crawl-delay asks.
 func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 	s.robots = d
 	s.refresh()
+	if d > 0 && !s.cfg.IgnoreRobotsTxt {
+		s.robotsCounts()
+	}
+	s.robotsStart = false
+}
+
+// startRobots is start for the manager's robots.txt fetch: it takes a slot
+// and counts in the quota window, but it is no start for the delay or the
+// slot delay, so the first page of an origin need not wait a whole Delay
+// behind its robots.txt. The fetch's start is recorded as the previous
+// start with a gap of zero after it (a jitter factor of 0), which keeps
+// its time for robotsCounts: it becomes a start for the delay, the gap
+// drawn as after any start, when its answer is a backoff signal
+// (finishRobots), when the scope is in backoff after it (learn draws the
+// gap of a backoff delay) or when robots.txt asks for a delay
+// (SetRobotsDelay). A
+// robots.txt fetch is admitted like any request, so it starts only once
+// the gap after the previous start has passed: moving the previous start
+// to it with no gap after it holds no later request back.
+func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
+	t.Slot, t.Window = s.adm.startUncounted(now, s.lim.conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Cost, t.Start = cost, now
+	s.adm.started, s.adm.lastStart = true, now
+	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
+	s.lim.gap = 0
+}
+
+// finishRobots is Finish for the manager's robots.txt fetch: it learns
+// from the answer as from any, and a backoff signal (a 429, a 503 ...)
+// makes the fetch a start for the delay, so the raised delay holds the
+// next request back from the fetch's start.
+func (s *defaultScope) finishRobots(now time.Time, t Ticket, fb *Feedback) {
+	s.Finish(now, t, fb)
+	if s.lastSignal {
+		s.robotsCounts()
+	}
+}
+
+// robotsCounts makes the robots.txt fetch that started last, if no request
+// started since, a start for the delay: it draws the jitter of the gap
+// after it, as start does.
+func (s *defaultScope) robotsCounts() {
+	if !s.robotsStart {
+		return
+	}
+	s.robotsStart = false
+	s.jitter = s.drawJitter()
+	s.backoffJitter = s.lim.gapWhy == ReasonBackoff
+	s.lim.gap = s.gap(s.effDelay)
 }
 
 // tick rolls the windows of the learned parts forward to now.
@@ -342,6 +398,7 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
 	s.backoffJitter = s.lim.gapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
+	s.robotsStart = false                           // this start is the previous one now
 	s.lim.gap = s.gap(s.effDelay)
 }
 

@@ -217,7 +217,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		if ans.Admitted && i < len(ans.Tickets) {
 			t := ans.Tickets[i]
 			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, Window: t.Window, Start: ans.Now}
-			h.s.counts.started()
+			h.s.started(p.robots)
 		}
 	}
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
@@ -367,9 +367,9 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		h.s.policy().sharedLearn(now, h.ticket, fb, rs, true)
 		h.s.lastUsed = local.UnixNano()
 		signal := signalOf(h.s, fb)
-		h.s.counts.finished(now, fb, signal)
+		h.s.counts.finished(now, fb, signal, p.robots)
 		if watch {
-			ev.observe(h.s, before, fb, signal)
+			ev.observe(h.s, before, fb, signal, p.robots)
 		}
 		h.s.mu.Unlock()
 	}

@@ -4,16 +4,30 @@ import (
 	"time"
 )
 
-// Counts are counters of requests and their outcomes. The zero value counts
-// nothing. A plain value: copy it freely, but don't change it while another
-// goroutine reads it.
+// Counts are counters of requests and their outcomes: a snapshot copied
+// out of the manager (Stats), a plain value safe to keep and read on any
+// goroutine. The zero value is no requests.
+//
+// Requests, Responses and Signals count the caller's requests (pages)
+// only; the robots.txt fetches the manager makes itself (see
+// RobotsConfig) are counted in Robots alone, so a crawl of 2 pages on a
+// host whose robots.txt is a 404 shows Requests 2, Responses[2] 2 and
+// Robots 1, not a 4xx. A robots.txt fetch still takes a slot while it
+// runs (ScopeStats.InFlight and Stats.InFlight count it), and its answer
+// still teaches the scope's policy (a 429 or 503 on it backs the scope
+// off; the Backoff hook's event has Robots set).
 type Counts struct {
-	Requests uint64 // permits granted
-	// Responses counts the answers by status class: Responses[2] the
-	// 2xx, Responses[5] the 5xx ...; Responses[0] the requests that ended
-	// with a transport error or no response.
+	Requests uint64 // permits granted, robots.txt fetches excluded
+	// Responses counts the answers to those requests by status class:
+	// Responses[2] the 2xx, Responses[5] the 5xx ...; Responses[0] the
+	// requests that ended with a transport error or no response.
 	Responses [6]uint64
 	Signals   uint64 // backoff signals among them
+	// Robots counts the robots.txt requests the manager made itself
+	// through the throttle: one per fetch, and one per redirect it
+	// followed (each hop is a request). Their answers are in no other
+	// field.
+	Robots uint64
 }
 
 func (c *Counts) add(o *Counts) {
@@ -22,6 +36,7 @@ func (c *Counts) add(o *Counts) {
 		c.Responses[i] += o.Responses[i]
 	}
 	c.Signals += o.Signals
+	c.Robots += o.Robots
 }
 
 // ScopeStats is one scope at the moment of a Stats call. The zero value is
@@ -76,35 +91,49 @@ type Stats struct {
 // scope's lock, so every ScopeManager has them.
 type scopeCounts struct {
 	inFlight  int32
-	peak      int32 // most permits held at once
-	requests  uint32
+	peak      int32  // most permits held at once
+	requests  uint32 // robots.txt fetches excluded (scope.robots), as in responses and signals
 	signals   uint32
 	responses [6]uint32
 	latency   time.Duration // the last one
 	refusing  int64         // Unix ns of the first signal since the last other answer; 0: none
 }
 
-func (c *scopeCounts) started() {
+// started counts a start of s; robots: a robots.txt fetch of the
+// manager's, counted in s.robots instead of the requests.
+func (s *scope) started(robots bool) {
+	c := &s.counts
 	c.inFlight++
 	c.peak = max(c.peak, c.inFlight)
-	c.requests++
+	if robots {
+		s.robots++
+	} else {
+		c.requests++
+	}
 }
 
-func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal bool) {
+// finished counts the end of a request; a robots.txt fetch's (robots)
+// answer is not counted in responses or signals, but it is the server's
+// latency and tells whether the server still refuses (MaxRefusal).
+func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal, robots bool) {
 	if c.inFlight > 0 {
 		c.inFlight--
 	}
-	class := 0
-	if fb.Status >= 100 && fb.Status < 600 && fb.Err == nil {
-		class = fb.Status / 100
+	if !robots {
+		class := 0
+		if fb.Status >= 100 && fb.Status < 600 && fb.Err == nil {
+			class = fb.Status / 100
+		}
+		c.responses[class]++
 	}
-	c.responses[class]++
 	if fb.Latency > 0 {
 		c.latency = fb.Latency
 	}
 	switch {
 	case signal:
-		c.signals++
+		if !robots {
+			c.signals++
+		}
 		if c.refusing == 0 {
 			c.refusing = now.UnixNano()
 		}
@@ -113,8 +142,10 @@ func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal bool) {
 	}
 }
 
-func (c *scopeCounts) counts() Counts {
-	out := Counts{Requests: uint64(c.requests), Signals: uint64(c.signals)}
+// countsNow returns s's counts (s locked).
+func (s *scope) countsNow() Counts {
+	c := &s.counts
+	out := Counts{Requests: uint64(c.requests), Signals: uint64(c.signals), Robots: uint64(s.robots)}
 	for i, n := range c.responses {
 		out.Responses[i] = uint64(n)
 	}
@@ -165,7 +196,7 @@ func (m *ThrottlingManager) StatsInto(st *Stats) {
 // scopeStats fills ss with s's state; s is locked.
 func (m *ThrottlingManager) scopeStats(s *scope, now time.Time, globalFull bool, ss *ScopeStats) {
 	c := &s.counts
-	*ss = ScopeStats{Key: s.key, InFlight: int(c.inFlight), Waiting: s.queue.n, LastLatency: c.latency, Counts: c.counts()}
+	*ss = ScopeStats{Key: s.key, InFlight: int(c.inFlight), Waiting: s.queue.n, LastLatency: c.latency, Counts: s.countsNow()}
 	adm := s.admit(now, 1)
 	ss.Reason, ss.ReadyAt = adm.Reason, adm.At
 	if ss.Reason == ReasonNone && globalFull {

@@ -47,7 +47,7 @@ const (
 // integer, or a refresh that is not a non-negative integer, gets 400.
 //
 // Both formats show the totals (in flight, waiting, requests, responses by
-// status class, backoff signals) and three tables of at most n scopes
+// status class, backoff signals, robots.txt fetches) and three tables of at most n scopes
 // (?n=, default 50; larger values than 1000 count as 1000):
 //
 //   - waiting: only the scopes with callers waiting in Acquire, the most
@@ -84,7 +84,9 @@ const (
 //	  rate: starts per second its rules allow, null when unbounded),
 //	  binding (the rule that binds the pace, as why), gate (omitted when
 //	  none), last_latency_ms, counts
-//	counts: requests, signals, responses: 1xx 2xx 3xx 4xx 5xx errors
+//	counts: requests, signals, responses: 1xx 2xx 3xx 4xx 5xx errors,
+//	  robots_txt (the manager's robots.txt fetches, counted apart from
+//	  the requests, their responses and signals: throttle.Counts.Robots)
 //
 // Durations are milliseconds as JSON numbers (fractions for sub-ms
 // values) in fields named *_ms, zero meaning none (no backoff,
@@ -506,10 +508,10 @@ dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 
 <h2>Totals</h2>
 <table>
-<tr><th>in flight</th><th>global concurrency</th><th>waiting</th><th>requests</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
+<tr><th>in flight</th><th>global concurrency</th><th>waiting</th><th>requests</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th><th>robots.txt</th></tr>
 <tr><td>{{.InFlight}}</td><td>{{.Global}}</td><td>{{.Waiting}}</td><td>{{.Totals.Requests}}</td>
 {{- with .Totals.Responses}}<td>{{index . 1}}</td><td>{{index . 2}}</td><td>{{index . 3}}</td><td>{{index . 4}}</td><td>{{index . 5}}</td><td>{{index . 0}}</td>{{end -}}
-<td>{{.Totals.Signals}}</td></tr>
+<td>{{.Totals.Signals}}</td><td>{{.Totals.Robots}}</td></tr>
 </table>
 
 <h2 id="waiting">Scopes with callers waiting (top {{.N}})</h2>
@@ -544,13 +546,15 @@ dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 <dt>last latency</dt>
 <dd>How long the server took to answer the last request (to the first response byte, through the Transport).</dd>
 <dt>requests</dt>
-<dd>Permits granted since the scope was created (in the totals: since the manager was).</dd>
+<dd>Permits granted since the scope was created (in the totals: since the manager was), for your requests: the manager's own robots.txt fetches are counted apart (robots.txt), and so are their answers.</dd>
 <dt>1xx, 2xx, 3xx, 4xx, 5xx</dt>
 <dd>Responses by status class.</dd>
 <dt>errors</dt>
 <dd>Requests that ended with a transport error or no response.</dd>
 <dt>signals</dt>
 <dd>Backoff signals: responses with a backoff status (by default 429 Too Many Requests and the overload statuses 502, 503, 504 and 520 to 524; Backoff.Statuses) and transport errors that show an overloaded server (timeouts, refused or reset connections). They are what slowed the scope down: after a signal backoff raises the scope's delay (with rampup on, rampup lowers its rate after a rate limit instead), and a timeout on a scope with more than one slot lowers its concurrency first; a burst of signals from requests already in flight counts as one step.</dd>
+<dt>robots.txt (totals)</dt>
+<dd>The robots.txt requests the manager made itself, once per origin and Robots.TTL (a day by default; a redirect it followed counts again). They take a slot while they run and their answers teach the scope (a 429 or 503 on robots.txt slows it down), but they are not in requests, the status classes or signals.</dd>
 <dt>global concurrency (totals)</dt>
 <dd>Config.GlobalConcurrency: the most permits held at once in all scopes together.</dd>
 </dl>
@@ -581,6 +585,7 @@ type countsJSON struct {
 	Requests  uint64        `json:"requests"`
 	Signals   uint64        `json:"signals"`
 	Responses responsesJSON `json:"responses"`
+	Robots    uint64        `json:"robots_txt"`
 }
 
 type responsesJSON struct {
@@ -660,7 +665,7 @@ func (sc *statusScratch) scopesJSON(dst []scopeJSON, idx []int) []scopeJSON {
 
 func statusCounts(c *throttle.Counts) countsJSON {
 	r := &c.Responses
-	return countsJSON{Requests: c.Requests, Signals: c.Signals,
+	return countsJSON{Requests: c.Requests, Signals: c.Signals, Robots: c.Robots,
 		Responses: responsesJSON{C1: r[1], C2: r[2], C3: r[3], C4: r[4], C5: r[5], Errors: r[0]}}
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/throttletest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -171,6 +172,38 @@ func TestStatusHTML(t *testing.T) {
 	})
 }
 
+// TestStatusCountsRobotsApart: the manager's robots.txt fetches have a
+// column (and a JSON field) of their own; a 404 robots.txt is no 4xx of
+// the requests.
+func TestStatusCountsRobotsApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := throttle.DefaultConfig()
+		cfg.Default.Delay = 0
+		m, err := throttle.New(cfg)
+		require.NoError(t, err)
+		site := throttletest.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Path == "/robots.txt" {
+				return throttletest.Response(req, http.StatusNotFound, ""), nil
+			}
+			return throttletest.Response(req, http.StatusOK, "page"), nil
+		})
+		client := &http.Client{Transport: m.Transport(site)}
+		for _, path := range []string{"/a", "/b"} {
+			resp, err := client.Get("http://shop.example" + path)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		var top map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(serveStatus(Handler(m), http.MethodGet, "/?format=json", nil).Body.Bytes(), &top))
+		require.JSONEq(t, `{"requests":2,"signals":0,"responses":{"1xx":0,"2xx":2,"3xx":0,"4xx":0,"5xx":0,"errors":0},"robots_txt":1}`,
+			string(top["totals"]))
+		page := serveStatus(Handler(m), http.MethodGet, "/", nil).Body.String()
+		require.Contains(t, page, "<th>signals</th><th>robots.txt</th></tr>")
+		require.Contains(t, page, "<tr><td>0</td><td>16</td><td>0</td><td>2</td><td>0</td><td>2</td><td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>1</td></tr>")
+		require.Contains(t, page, "<dt>robots.txt (totals)</dt>")
+	})
+}
+
 // TestStatusEscapes: scope keys are attacker-controlled; the page shows
 // them as text and contains no script element at all.
 func TestStatusEscapes(t *testing.T) {
@@ -221,7 +254,7 @@ func TestStatusJSON(t *testing.T) {
 			require.ElementsMatch(t, []string{"key", "in_flight", "waiting", "concurrency", "delay_ms", "why", "ready_at",
 				"backoff_delay_ms", "backoff_concurrency", "backoff_bad_ms", "backoff_safe_ms", "outage",
 				"autothrottle_delay_ms", "rampup_rate_per_s", "rate_per_s", "binding", "gate", "last_latency_ms", "counts"}, slices.Collect(mapKeys(seen)))
-			require.JSONEq(t, `{"requests":7,"signals":2,"responses":{"1xx":0,"2xx":3,"3xx":0,"4xx":1,"5xx":1,"errors":0}}`,
+			require.JSONEq(t, `{"requests":7,"signals":2,"responses":{"1xx":0,"2xx":3,"3xx":0,"4xx":1,"5xx":1,"errors":0},"robots_txt":0}`,
 				string(top["totals"]))
 
 			var doc statusJSON

@@ -11,7 +11,8 @@
 //
 // The hooks publish, under the expvar name "throttle": requests by status
 // class (Released), permits and the time callers waited for them
-// (Admitted), backoff signals by scope (Backoff), each scope's current
+// (Admitted), the manager's own robots.txt fetches by status class apart
+// from those (Released, Robots set), backoff signals by scope (Backoff), each scope's current
 // delay and concurrency (DelayChanged), server gates by scope and until
 // when (GateSet), warnings (Warning), and the callers waiting now.
 //
@@ -58,12 +59,13 @@ const delay = 200 * time.Millisecond
 // (expvar variables are process-wide, so these are package variables).
 var (
 	requests  = new(expvar.Map) // released permits by status class: 2xx, 4xx, 5xx, errors
+	robotsTxt = new(expvar.Map) // the manager's robots.txt fetches by status class
 	signals   = new(expvar.Map) // backoff signals by scope
 	delayMS   = new(expvar.Map) // current delay by scope, ms (set on DelayChanged)
 	conc      = new(expvar.Map) // current concurrency by scope (set on DelayChanged)
 	gates     = new(expvar.Map) // server-given waits by scope
 	gateUntil = new(expvar.Map) // the last gate's end by scope, RFC 3339
-	admitted  = new(expvar.Int) // permits granted
+	admitted  = new(expvar.Int) // permits granted (robots.txt fetches excluded)
 	waitedMS  = new(expvar.Float)
 	warnings  = new(expvar.Int)
 	root      = expvar.NewMap("throttle")
@@ -71,6 +73,7 @@ var (
 
 func init() {
 	root.Set("requests", requests)
+	root.Set("robots_txt", robotsTxt)
 	root.Set("backoff_signals", signals)
 	root.Set("delay_ms", delayMS)
 	root.Set("concurrency", conc)
@@ -106,10 +109,17 @@ func class(status int, err error) string {
 func hooks() throttle.Hooks {
 	return throttle.Hooks{
 		Admitted: func(e throttle.AdmittedEvent) {
+			if e.Robots {
+				return // the manager's robots.txt fetch, not a page
+			}
 			admitted.Add(1)
 			waitedMS.Add(float64(e.Waited) / float64(time.Millisecond))
 		},
 		Released: func(e throttle.ReleasedEvent) {
+			if e.Robots { // counted apart, as Stats does (Counts.Robots)
+				robotsTxt.Add(class(e.Status, e.Err), 1)
+				return
+			}
 			requests.Add(class(e.Status, e.Err), 1)
 		},
 		Backoff: func(e throttle.BackoffEvent) {
@@ -136,7 +146,8 @@ func hooks() throttle.Hooks {
 // site is what the local server saw of one host.
 type site struct {
 	requests int
-	statuses map[int]int
+	statuses map[int]int // pages answered, by status
+	robots   map[int]int // robots.txt fetches answered, by status
 }
 
 // server answers for every simulated host and counts what it answered.
@@ -153,12 +164,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st := s.sites[host]
 	if st == nil {
-		st = &site{statuses: map[int]int{}}
+		st = &site{statuses: map[int]int{}, robots: map[int]int{}}
 		s.sites[host] = st
 	}
 	status := http.StatusOK
 	if r.URL.Path == "/robots.txt" {
 		status = http.StatusNotFound // no robots.txt: no Crawl-delay
+		st.robots[status]++
 	} else {
 		st.requests++
 		n := st.requests
@@ -171,8 +183,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case host == "flaky.example" && (n == 6 || n == 7):
 			status = http.StatusServiceUnavailable
 		}
+		st.statuses[status]++
 	}
-	st.statuses[status]++
 	s.mu.Unlock()
 	time.Sleep(20 * time.Millisecond)
 	w.WriteHeader(status)
@@ -198,10 +210,11 @@ func loopbackTransport(addr string) *http.Transport {
 	}
 }
 
-// result is what the server answered, by host and status (robots.txt
-// fetches included: they go through the throttle too).
+// result is what the server answered, by host and status: to pages, and
+// to robots.txt fetches (which go through the throttle too).
 type result struct {
 	Statuses map[string]map[int]int
+	Robots   map[string]map[int]int
 	Elapsed  time.Duration
 }
 
@@ -249,10 +262,10 @@ func run(ctx context.Context, out io.Writer, mon *http.ServeMux) (result, error)
 		return result{}, err
 	}
 
-	res := result{Statuses: map[string]map[int]int{}, Elapsed: time.Since(start)}
+	res := result{Statuses: map[string]map[int]int{}, Robots: map[string]map[int]int{}, Elapsed: time.Since(start)}
 	srv.mu.Lock()
 	for h, s := range srv.sites {
-		res.Statuses[h] = s.statuses
+		res.Statuses[h], res.Robots[h] = s.statuses, s.robots
 	}
 	srv.mu.Unlock()
 	fmt.Fprintf(out, "crawled %d pages of %d sites in %v; expvar \"throttle\":\n", len(hosts)*pagesPerHost, len(hosts),

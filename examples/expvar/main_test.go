@@ -67,6 +67,7 @@ func getBody(t *testing.T, path string) []byte {
 // vars is the "throttle" variable as /debug/vars serves it.
 type vars struct {
 	Requests       map[string]int64     `json:"requests"`
+	RobotsTxt      map[string]int64     `json:"robots_txt"`
 	BackoffSignals map[string]int64     `json:"backoff_signals"`
 	DelayMS        map[string]float64   `json:"delay_ms"`
 	Concurrency    map[string]int64     `json:"concurrency"`
@@ -94,7 +95,9 @@ func scrapeVars(t *testing.T) vars {
 }
 
 // TestCountersMatchTheServer: the hooks counted every answer the server
-// gave, by status class, and every backoff signal, by scope.
+// gave to a page, by status class, and apart from them every robots.txt
+// fetch (4 404s, no 4xx among the requests for them), and every backoff
+// signal, by scope.
 func TestCountersMatchTheServer(t *testing.T) {
 	res := runOnce(t)
 	v := scrapeVars(t)
@@ -114,8 +117,17 @@ func TestCountersMatchTheServer(t *testing.T) {
 	if len(v.Requests) != len(want) {
 		t.Errorf("requests = %v, want classes %v", v.Requests, want)
 	}
-	if v.Admitted != total {
-		t.Errorf("admitted = %d, the server saw %d", v.Admitted, total)
+	if v.Admitted != total || total != int64(len(hosts)*pagesPerHost) {
+		t.Errorf("admitted = %d, the server saw %d pages, the crawl asked for %d", v.Admitted, total, len(hosts)*pagesPerHost)
+	}
+	wantRobots := map[string]int64{}
+	for _, statuses := range res.Robots {
+		for status, n := range statuses {
+			wantRobots[class(status, nil)] += int64(n)
+		}
+	}
+	if len(v.RobotsTxt) != 1 || v.RobotsTxt["4xx"] != int64(len(hosts)) || wantRobots["4xx"] != int64(len(hosts)) {
+		t.Errorf("robots_txt = %v, the server answered %v, want one 404 per host", v.RobotsTxt, wantRobots)
 	}
 	if v.WaitedMS <= 0 {
 		t.Errorf("waited_ms_total = %v: callers queued at once must have waited", v.WaitedMS)
@@ -166,6 +178,7 @@ func TestStatusPage(t *testing.T) {
 	var doc struct {
 		Totals struct {
 			Requests int `json:"requests"`
+			Robots   int `json:"robots_txt"`
 		} `json:"totals"`
 		TopBackoff []struct {
 			Key string `json:"key"`
@@ -181,7 +194,10 @@ func TestStatusPage(t *testing.T) {
 		}
 	}
 	if doc.Totals.Requests != total {
-		t.Errorf("status totals.requests = %d, want %d", doc.Totals.Requests, total)
+		t.Errorf("status totals.requests = %d, want %d pages", doc.Totals.Requests, total)
+	}
+	if doc.Totals.Robots != len(hosts) {
+		t.Errorf("status totals.robots_txt = %d, want %d", doc.Totals.Robots, len(hosts))
 	}
 	var keys []string
 	for _, s := range doc.TopBackoff {

@@ -69,13 +69,16 @@ func spec(host string) *hostSpec {
 
 // hostLog is what the server saw of one host.
 type hostLog struct {
-	Arrivals []time.Time // every request, robots.txt included
+	Arrivals []time.Time // every page request
+	Robots   []time.Time // every robots.txt request
 	Pages    int
-	Peak     int // most requests in flight at once
+	Peak     int // most requests in flight at once, robots.txt included
 	inFlight int
 }
 
-// MinGap is the shortest time between two consecutive arrivals.
+// MinGap is the shortest time between two consecutive page arrivals. The
+// robots.txt fetch is not among them: the throttle counts it apart, and
+// it is no start for the Delay (only for a Crawl-delay, see FirstAfter).
 func (h *hostLog) MinGap() time.Duration {
 	var g time.Duration
 	for i := 1; i < len(h.Arrivals); i++ {
@@ -84,6 +87,15 @@ func (h *hostLog) MinGap() time.Duration {
 		}
 	}
 	return g
+}
+
+// FirstAfter is the time from the robots.txt request to the first page
+// request; 0 without both.
+func (h *hostLog) FirstAfter() time.Duration {
+	if len(h.Robots) == 0 || len(h.Arrivals) == 0 {
+		return 0
+	}
+	return h.Arrivals[0].Sub(h.Robots[0])
 }
 
 // server serves the site and logs the arrivals per host.
@@ -104,12 +116,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	l := s.logs[host]
-	l.Arrivals = append(l.Arrivals, time.Now())
-	l.inFlight++
-	l.Peak = max(l.Peak, l.inFlight)
-	if r.URL.Path != "/robots.txt" {
+	if r.URL.Path == "/robots.txt" {
+		l.Robots = append(l.Robots, time.Now())
+	} else {
+		l.Arrivals = append(l.Arrivals, time.Now())
 		l.Pages++
 	}
+	l.inFlight++
+	l.Peak = max(l.Peak, l.inFlight)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -241,11 +255,11 @@ func printTable(out io.Writer, res result, throttled bool) {
 		fmt.Fprintln(out, "colly alone, no LimitRule:")
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "host\tpages\trequests\tpeak in flight\tthrottle concurrency\tmin gap\tthrottle delay")
+	fmt.Fprintln(tw, "host\tpages\trobots.txt\tpeak in flight\tthrottle concurrency\tmin gap\tthrottle delay\trobots.txt to page 1")
 	for _, h := range site {
 		l := res.Logs[h.Host]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\t%v\n", h.Host, l.Pages, len(l.Arrivals), l.Peak, h.Concurrency,
-			l.MinGap().Round(time.Millisecond), h.Delay)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\t%v\t%v\n", h.Host, l.Pages, len(l.Robots), l.Peak, h.Concurrency,
+			l.MinGap().Round(time.Millisecond), h.Delay, l.FirstAfter().Round(time.Millisecond))
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "done in %v\n", res.Elapsed.Round(10*time.Millisecond))

@@ -22,9 +22,12 @@ func runCrawl(t *testing.T, throttled bool) result {
 
 // TestPerHostLimitsHold: with throttle's Transport and no LimitRule,
 // colly's requests to each host are never more than its Concurrency at
-// once, and never start closer than its Delay (b.example's from its
-// robots.txt Crawl-delay), as the server measures them. robots.txt is
-// fetched once per host, through the throttle.
+// once, and its pages never start closer than its Delay (b.example's from
+// its robots.txt Crawl-delay), as the server measures them. robots.txt is
+// fetched once per host, through the throttle; it is no start for the
+// Delay, so a.example's first page follows its robots.txt (a 404) at
+// once, but b.example's Crawl-delay holds its first page a second after
+// it.
 func TestPerHostLimitsHold(t *testing.T) {
 	res := runCrawl(t, true)
 	for _, h := range site {
@@ -32,7 +35,7 @@ func TestPerHostLimitsHold(t *testing.T) {
 		if l.Pages != pagesPerHost {
 			t.Errorf("%s: %d pages crawled, want %d", h.Host, l.Pages, pagesPerHost)
 		}
-		if got := len(l.Arrivals) - l.Pages; got != 1 {
+		if got := len(l.Robots); got != 1 {
 			t.Errorf("%s: %d robots.txt fetches, want 1", h.Host, got)
 		}
 		if l.Peak > h.Concurrency {
@@ -41,8 +44,14 @@ func TestPerHostLimitsHold(t *testing.T) {
 		// Starts are at least Delay apart (no jitter); the server sees
 		// them shifted by a little network latency, hence the slack.
 		if g := l.MinGap(); g < h.Delay*8/10 {
-			t.Errorf("%s: two requests %v apart, want about %v or more", h.Host, g, h.Delay)
+			t.Errorf("%s: two pages %v apart, want about %v or more", h.Host, g, h.Delay)
 		}
+	}
+	if a := res.Logs["a.example"].FirstAfter(); a >= 200*time.Millisecond {
+		t.Errorf("a.example: first page %v after robots.txt, want right after it (robots.txt takes 20ms; Delay 300ms)", a)
+	}
+	if b := res.Logs["b.example"].FirstAfter(); b < 800*time.Millisecond {
+		t.Errorf("b.example: first page %v after robots.txt, want its Crawl-delay, 1s", b)
 	}
 	if c := res.Logs["c.example"]; c.Peak != 2 {
 		t.Errorf("c.example: peak in flight %d, want its Concurrency 2 used (pages take 300ms, Delay 100ms)", c.Peak)

@@ -13,11 +13,12 @@
 // The metrics (in their own registry):
 //
 //	throttle_requests_total{scope,class}    released permits by status class (Released)
+//	throttle_robots_txt_total{scope,class}  the manager's robots.txt fetches, apart (Released, Robots set)
 //	throttle_backoff_signals_total{scope}   backoff signals (Backoff)
 //	throttle_gates_total{scope}             server-given waits (GateSet)
 //	throttle_delay_seconds{scope}           current delay (DelayChanged), known scopes only
 //	throttle_concurrency{scope}             current concurrency (DelayChanged), known scopes only
-//	throttle_wait_seconds                   histogram of the time Acquire waited (Admitted)
+//	throttle_wait_seconds                   histogram of the time Acquire waited (Admitted), pages only
 //	throttle_waiting                        callers waiting now
 //
 // The scope label is bounded: a known host keeps its name, every other
@@ -96,6 +97,7 @@ func (l scopeLabels) label(scope string) string {
 type metrics struct {
 	labels      scopeLabels
 	requests    *prometheus.CounterVec
+	robots      *prometheus.CounterVec
 	signals     *prometheus.CounterVec
 	gates       *prometheus.CounterVec
 	delay       *prometheus.GaugeVec
@@ -109,6 +111,10 @@ func newMetrics(reg prometheus.Registerer, labels scopeLabels) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_requests_total",
 			Help: "Released permits by scope and status class (2xx, 4xx, ..., errors).",
+		}, []string{"scope", "class"}),
+		robots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_robots_txt_total",
+			Help: "The manager's own robots.txt fetches by scope and status class, not in throttle_requests_total.",
 		}, []string{"scope", "class"}),
 		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_backoff_signals_total",
@@ -132,7 +138,7 @@ func newMetrics(reg prometheus.Registerer, labels scopeLabels) *metrics {
 			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 		}),
 	}
-	reg.MustRegister(x.requests, x.signals, x.gates, x.delay, x.concurrency, x.wait)
+	reg.MustRegister(x.requests, x.robots, x.signals, x.gates, x.delay, x.concurrency, x.wait)
 	return x
 }
 
@@ -150,12 +156,21 @@ func class(status int, err error) string {
 func (x *metrics) hooks() throttle.Hooks {
 	return throttle.Hooks{
 		Admitted: func(e throttle.AdmittedEvent) {
-			x.wait.Observe(e.Waited.Seconds())
+			if !e.Robots { // the crawl's requests only, not the manager's robots.txt fetches
+				x.wait.Observe(e.Waited.Seconds())
+			}
 		},
 		Released: func(e throttle.ReleasedEvent) {
+			// A robots.txt fetch is the manager's, not a page: counted
+			// apart, as Stats does (Counts.Robots), so a 404 robots.txt
+			// is no 4xx of the crawl.
+			counter := x.requests
+			if e.Robots {
+				counter = x.robots
+			}
 			c := class(e.Status, e.Err)
 			for _, s := range e.Scopes {
-				x.requests.WithLabelValues(x.labels.label(s), c).Inc()
+				counter.WithLabelValues(x.labels.label(s), c).Inc()
 			}
 		},
 		Backoff: func(e throttle.BackoffEvent) {
@@ -179,7 +194,8 @@ func (x *metrics) hooks() throttle.Hooks {
 type server struct {
 	mu       sync.Mutex
 	pages    map[string]int         // page requests by host
-	statuses map[string]map[int]int // answers by host and status, robots.txt included
+	statuses map[string]map[int]int // answers to pages by host and status
+	robots   map[string]map[int]int // answers to robots.txt by host and status
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -189,8 +205,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	status := http.StatusOK
+	answered := s.statuses
 	if r.URL.Path == "/robots.txt" {
 		status = http.StatusNotFound
+		answered = s.robots
 	} else {
 		s.pages[host]++
 		n := s.pages[host]
@@ -202,10 +220,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusServiceUnavailable
 		}
 	}
-	if s.statuses[host] == nil {
-		s.statuses[host] = map[int]int{}
+	if answered[host] == nil {
+		answered[host] = map[int]int{}
 	}
-	s.statuses[host][status]++
+	answered[host][status]++
 	s.mu.Unlock()
 	time.Sleep(20 * time.Millisecond)
 	w.WriteHeader(status)
@@ -236,10 +254,11 @@ func loopbackTransport(addr string) *http.Transport {
 	}
 }
 
-// result is what the server answered, by host and status, and the
-// metrics the hooks fed.
+// result is what the server answered, by host and status, to pages and to
+// robots.txt, and the metrics the hooks fed.
 type result struct {
 	Statuses map[string]map[int]int
+	Robots   map[string]map[int]int
 	Elapsed  time.Duration
 	Metrics  *metrics
 }
@@ -247,7 +266,7 @@ type result struct {
 // run crawls the sites with metrics registered on reg, and mounts
 // /metrics (from gather) and /status on mon, which the caller serves.
 func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http.ServeMux) (result, error) {
-	srv := &server{pages: map[string]int{}, statuses: map[string]map[int]int{}}
+	srv := &server{pages: map[string]int{}, statuses: map[string]map[int]int{}, robots: map[string]map[int]int{}}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 
@@ -298,10 +317,13 @@ func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http
 		return result{}, err
 	}
 
-	res := result{Statuses: map[string]map[int]int{}, Elapsed: time.Since(start), Metrics: x}
+	res := result{Statuses: map[string]map[int]int{}, Robots: map[string]map[int]int{}, Elapsed: time.Since(start), Metrics: x}
 	srv.mu.Lock()
 	for h, st := range srv.statuses {
 		res.Statuses[h] = st
+	}
+	for h, st := range srv.robots {
+		res.Robots[h] = st
 	}
 	srv.mu.Unlock()
 	fmt.Fprintf(out, "crawled %d pages on %d hosts in %v\n", len(urls), len(known)+farmHosts, res.Elapsed.Round(10*time.Millisecond))

@@ -61,24 +61,36 @@ func labelOf(host string) string {
 	return otherScope
 }
 
-// TestScrapeCounters scrapes /metrics and compares the counters with what
-// the server answered, per bounded scope label and class.
-func TestScrapeCounters(t *testing.T) {
-	res := runOnce(t)
-	requests := map[[2]string]int{}
-	for host, statuses := range res.Statuses {
+// series are the lines of a counter by scope label and class, from
+// what the server answered, sorted.
+func series(name string, answered map[string]map[int]int) (string, map[[2]string]int) {
+	counts := map[[2]string]int{}
+	for host, statuses := range answered {
 		for status, n := range statuses {
-			requests[[2]string{labelOf(host), class(status, nil)}] += n
+			counts[[2]string{labelOf(host), class(status, nil)}] += n
 		}
 	}
 	var lines []string
-	for k, n := range requests {
-		lines = append(lines, fmt.Sprintf("throttle_requests_total{class=%q,scope=%q} %d", k[1], k[0], n))
+	for k, n := range counts {
+		lines = append(lines, fmt.Sprintf("%s{class=%q,scope=%q} %d", name, k[1], k[0], n))
 	}
 	sort.Strings(lines)
+	return strings.Join(lines, "\n"), counts
+}
+
+// TestScrapeCounters scrapes /metrics and compares the counters with what
+// the server answered, per bounded scope label and class: pages in
+// throttle_requests_total, robots.txt fetches apart.
+func TestScrapeCounters(t *testing.T) {
+	res := runOnce(t)
+	pages, requests := series("throttle_requests_total", res.Statuses)
+	robots, robotsTxt := series("throttle_robots_txt_total", res.Robots)
 	want := `# HELP throttle_requests_total Released permits by scope and status class (2xx, 4xx, ..., errors).
 # TYPE throttle_requests_total counter
-` + strings.Join(lines, "\n") + `
+` + pages + `
+# HELP throttle_robots_txt_total The manager's own robots.txt fetches by scope and status class, not in throttle_requests_total.
+# TYPE throttle_robots_txt_total counter
+` + robots + `
 # HELP throttle_backoff_signals_total Responses that were backoff signals (429, 503, timeouts ...), by scope.
 # TYPE throttle_backoff_signals_total counter
 throttle_backoff_signals_total{scope="busy.example"} 2
@@ -91,12 +103,19 @@ throttle_gates_total{scope="busy.example"} 2
 throttle_waiting 0
 `
 	if err := testutil.ScrapeAndCompare(mon.URL+"/metrics", strings.NewReader(want),
-		"throttle_requests_total", "throttle_backoff_signals_total", "throttle_gates_total", "throttle_waiting"); err != nil {
+		"throttle_requests_total", "throttle_robots_txt_total", "throttle_backoff_signals_total", "throttle_gates_total", "throttle_waiting"); err != nil {
 		t.Error(err)
 	}
-	// The farm: 30 pages and 30 robots.txt 404s, all under "other".
+	// The farm: 30 pages and 30 robots.txt 404s, all under "other"; the
+	// 404s are robots.txt fetches, not 4xx of the crawl.
 	if got := requests[[2]string{otherScope, "2xx"}]; got != farmHosts {
 		t.Errorf(`other/2xx = %d, want %d`, got, farmHosts)
+	}
+	if got := requests[[2]string{otherScope, "4xx"}]; got != 0 {
+		t.Errorf(`requests other/4xx = %d, want 0`, got)
+	}
+	if got := robotsTxt[[2]string{otherScope, "4xx"}]; got != farmHosts {
+		t.Errorf(`robots.txt other/4xx = %d, want %d`, got, farmHosts)
 	}
 }
 
@@ -117,16 +136,19 @@ func TestLabelsAreBounded(t *testing.T) {
 			}
 		}
 	}
-	// 2xx and 4xx for each of 4 labels (robots.txt 404s), 4xx/5xx of the
-	// failing sites are among them: at most 4 labels x 3 classes.
+	// 2xx for each of 4 labels, 4xx (busy's 429s) and 5xx (flaky's
+	// 503s): at most 4 labels x 3 classes; robots.txt: one 4xx a label.
 	if n := testutil.CollectAndCount(reg, "throttle_requests_total"); n > 4*3 {
 		t.Errorf("throttle_requests_total has %d series", n)
+	}
+	if n := testutil.CollectAndCount(reg, "throttle_robots_txt_total"); n != 4 {
+		t.Errorf("throttle_robots_txt_total has %d series, want 4", n)
 	}
 }
 
 // TestDelayGaugesAndWaitHistogram: DelayChanged set the raised delays of
-// the known scopes that backed off (and of no farm host); every permit
-// is one observation of the wait histogram.
+// the known scopes that backed off (and of no farm host); every page's
+// permit is one observation of the wait histogram, robots.txt fetches none.
 func TestDelayGaugesAndWaitHistogram(t *testing.T) {
 	res := runOnce(t)
 	x := res.Metrics
