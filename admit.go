@@ -59,7 +59,7 @@ func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
 		}
 	}()
 	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
-		URL: p.url, Robots: p.robots})
+		URL: p.url(), Context: p.context(), Robots: p.robots})
 	ok = true
 }
 
@@ -168,9 +168,9 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	var p *Permit
 	if pooled {
 		p = unusedPermits.Get().(*Permit)
-		p.m, p.url = m, req.URL
+		p.m, p.req = m, req
 	} else {
-		p = &Permit{m: m, url: req.URL}
+		p = &Permit{m: m, req: req}
 	}
 	rctx := req.Context()
 	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"time"
@@ -45,6 +46,11 @@ type AdmittedEvent struct {
 	// request's own *url.URL, not a copy, so read it but do not change
 	// it. Nil when the request had none (scopes from WithScopes).
 	URL *url.URL
+	// Context is the request's context (http.Request.Context), never
+	// nil, so that a hook can tie the wait to the caller's trace: an
+	// OpenTelemetry span event per wait (package
+	// github.com/crawlerkit/throttle/metrics/otel, SpanEvents).
+	Context context.Context
 	// Robots is true for a robots.txt fetch the manager made itself
 	// (RobotsConfig), false for the caller's requests. Stats counts these
 	// in Counts.Robots only; a metric of pages skips them.
@@ -64,6 +70,9 @@ type ReleasedEvent struct {
 	// request's own *url.URL, not a copy, so read it but do not change
 	// it. Nil when the request had none (scopes from WithScopes).
 	URL *url.URL
+	// Context is the request's context (http.Request.Context), never
+	// nil, as in AdmittedEvent.
+	Context context.Context
 	// Robots is true for a robots.txt fetch the manager made itself
 	// (RobotsConfig), false for the caller's requests: a metric of pages
 	// skips the events with Robots set, as Stats does (Counts.Robots).

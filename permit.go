@@ -5,6 +5,7 @@
 package throttle
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -25,8 +26,8 @@ type Permit struct {
 	acquired time.Time
 	released atomic.Bool
 	noAdjust bool
-	robots   bool     // a robots.txt fetch of the manager's (robotsfetch.go)
-	url      *url.URL // the request's URL, for the hooks; nil if it had none
+	robots   bool          // a robots.txt fetch of the manager's (robotsfetch.go)
+	req      *http.Request // the request, for the hooks (its URL and context)
 
 	// ext holds what only a Store or MaxHold needs, so a plain Permit
 	// stays small (it is the one allocation of an Acquire).
@@ -45,6 +46,22 @@ type permitExt struct {
 	hprev, hnext *Permit
 	hlocal       int64 // Unix ns when listed
 	hlisted      bool
+}
+
+// url is the URL of p's request, for the hooks.
+func (p *Permit) url() *url.URL {
+	if p.req == nil {
+		return nil
+	}
+	return p.req.URL
+}
+
+// context is the context of p's request, for the hooks.
+func (p *Permit) context() context.Context {
+	if p.req == nil {
+		return context.Background()
+	}
+	return p.req.Context()
 }
 
 // extension returns p's permitExt, making it.
@@ -216,7 +233,7 @@ func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents
 		m.fire(ev)
 	}
 	if h := m.cfg.Hooks.Released; h != nil {
-		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url, Robots: p.robots})
+		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
 	}
 	m.flushWarnings()
 }

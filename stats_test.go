@@ -222,3 +222,32 @@ func TestWarnings(t *testing.T) {
 		require.Equal(t, "a.test", hooked[1].Scope)
 	})
 }
+
+// TestHooksCarryTheRequestContext: the Admitted and Released events carry
+// the request's context (and URL), so a hook can tie a wait to the
+// caller's trace; a request without a context of its own gets
+// context.Background(), never nil.
+func TestHooksCarryTheRequestContext(t *testing.T) {
+	type key struct{}
+	var admitted, released []context.Context
+	cfg := plainConfig()
+	cfg.Hooks.Admitted = func(ev AdmittedEvent) { admitted = append(admitted, ev.Context) }
+	cfg.Hooks.Released = func(ev ReleasedEvent) { released = append(released, ev.Context) }
+	m := newManager(t, cfg)
+	ctx := context.WithValue(context.Background(), key{}, "trace-1")
+	req := get(t, "http://a.example/").WithContext(ctx)
+	p, err := m.Acquire(ctx, req)
+	require.NoError(t, err)
+	p.Release(ok200, nil)
+	require.Len(t, admitted, 1)
+	require.Len(t, released, 1)
+	require.Equal(t, "trace-1", admitted[0].Value(key{}))
+	require.Equal(t, "trace-1", released[0].Value(key{}))
+
+	p, _, err = m.TryAcquire(get(t, "http://b.example/"))
+	require.NoError(t, err)
+	p.Release(ok200, nil)
+	require.Len(t, released, 2)
+	require.NotNil(t, released[1])
+	require.Nil(t, released[1].Value(key{}))
+}

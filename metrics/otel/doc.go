@@ -65,6 +65,8 @@
 //
 // # Traces
 //
-// No span events: a span event per wait needs hooks that carry the
-// request's context (AdmittedEvent has none today), a later change.
+// SpanEvents wraps a Config's Hooks so that each request's wait in the
+// throttle shows on the request's span, from the hooks' events, which
+// carry the request's context: a "throttle.admitted" event with how long it
+// waited, then "throttle.released" with the status.
 package throttleotel
