@@ -1,0 +1,138 @@
+package throttle
+
+// This file holds RobotsConfig, its defaults and its validation; the
+// fetch and the cache are in robotsfetch.go.
+
+import (
+	"net/http"
+	"time"
+)
+
+// RobotsConfig configures how the manager fetches robots.txt, applies its
+// Crawl-delay and Request-rate, and (with Enforce) its Allow and Disallow
+// rules. The zero value has robots.txt handling off; DefaultRobotsConfig
+// has it on. A manager reads its RobotsConfig once, at New.
+//
+// On the first request to an origin (scheme, host and port) through
+// Acquire or the Transport, its /robots.txt is fetched once, through the
+// throttle itself (it is a request in the host's scope), and cached for
+// TTL; concurrent first requests share the one fetch. The fetch is no
+// caller's: a caller whose context ends stops waiting for it, with its
+// context's error, and the fetch goes on for the others. A valid Crawl-delay
+// or Request-rate for the user agent sets the host's scope to Concurrency 1
+// and Delay = min(value, MaxDelay); it never lowers a configured delay. On
+// a scope configured explicitly (Config.Scopes or ScopeConfigFunc) the
+// configuration wins and one warning names both values, unless the scope
+// sets IgnoreRobotsTxt, which silences robots.txt altogether.
+//
+// The fetch is counted apart from the caller's requests: Stats counts it
+// in Counts.Robots only (not in Requests, Responses or Signals), and the
+// hooks' events mark it (ReleasedEvent.Robots, with its URL). In the
+// scope it takes a slot while it runs, and the scope learns from its
+// answer as from any (a 429 or 503 on it backs the scope off, a
+// Retry-After gates it), and it waits its turn like any request. But in
+// a scope with the default ScopeManager it is no start for the scope's
+// Delay or SlotDelay: the origin's first page starts as soon as
+// robots.txt is in, not a Delay later. It does count as a start, so the
+// next request waits the scope's delay after the fetch started, when
+// robots.txt asks for a delay (a Crawl-delay or Request-rate: the polite
+// reading; the scope's delay is then the larger of it and Delay), and
+// when its answer was a backoff signal or the scope is backing off (the
+// raised delay). With a custom ScopeManager or a Store it is a start like
+// any request.
+//
+// Failures never hold crawling up for long: a request waits at most
+// FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
+// (cached for TTL); a 5xx, a network error or a timeout means no new rules
+// this time (rules fetched before are kept) and the fetch is retried after
+// 1 minute, doubling per failure up to TTL. More than 5 redirects mean no
+// rules, as RFC 9309 allows.
+//
+// The Allow and Disallow rules are enforced only with Enforce: then
+// Acquire and the Transport return a *DisallowedError (errors.Is
+// ErrDisallowed) for a URL the rules disallow for UserAgent, before the
+// request is sent and without taking a slot; robots.txt itself is never
+// refused. An origin whose robots.txt could not be fetched (a 5xx, a
+// network error, a timeout) and has no earlier copy disallows every URL,
+// as RFC 9309 2.3.1.4 requires, until a fetch succeeds: its URLs get a
+// *DisallowedError with Unreachable set and RetryAt. A 4xx robots.txt
+// allows everything. Without Enforce, check the rules yourself with
+// RobotsFor.
+//
+// TryAcquire, and so ReadyQueue, never fetch robots.txt and never
+// enforce it: call RobotsFor and check Allowed before queueing a URL.
+//
+// The delay applies to the scope whose key is the request's host, so it
+// has an effect with HostScope and scopers that include the host.
+//
+// The zero RobotsConfig turns robots.txt handling off (Enabled false);
+// start from DefaultRobotsConfig to keep it on. A plain value, but copies
+// share the Client: don't change it while another goroutine reads it.
+type RobotsConfig struct {
+	// Enabled turns robots.txt handling on. Default true.
+	Enabled bool
+	// UserAgent is the product token matched against robots.txt groups,
+	// for the delay and, under Enforce, the rules. Empty means the
+	// product token of each request's User-Agent header (of the first
+	// request of the origin, for the delay); with none, only the "*"
+	// group applies. Default "".
+	UserAgent string
+	// MaxDelay caps the delay robots.txt can ask for. Default 60s.
+	MaxDelay time.Duration
+	// TTL is how long a fetched robots.txt is used; it must be > 0 when
+	// Enabled. Default 24h.
+	TTL time.Duration
+	// FetchTimeout bounds the wait for one robots.txt fetch; it must be > 0
+	// when Enabled. Default 10s.
+	FetchTimeout time.Duration
+	// Client fetches robots.txt for Acquire callers. Nil means a client
+	// over http.DefaultTransport wrapped by the manager's Transport,
+	// following up to 5 redirects. Requests made through a Transport
+	// fetch with that Transport, so its base RoundTripper is used.
+	Client *http.Client
+	// MaxOrigins bounds the cache; beyond it, expired entries and then the
+	// oldest are dropped. Default 100000.
+	MaxOrigins int
+	// Enforce makes Acquire and the Transport refuse, with a
+	// *DisallowedError, a URL that its origin's robots.txt disallows for
+	// UserAgent, or any URL of an origin whose robots.txt is unreachable
+	// (see above). Default (and zero value) false: the rules are only
+	// parsed, for RobotsFor. Read once, at New; it holds for every
+	// goroutine using the manager.
+	Enforce bool
+	// MaxBytes bounds the memory the cached rules take (estimated): a
+	// link farm serving 500 KiB files of rules would otherwise hold about
+	// 2.8 MB per origin. Beyond it the oldest entries are dropped (and
+	// fetched again when their host is met again). Default 256 MiB; zero
+	// means no bound.
+	MaxBytes int64
+}
+
+// DefaultRobotsConfig returns the robots.txt defaults.
+func DefaultRobotsConfig() RobotsConfig {
+	return RobotsConfig{Enabled: true, MaxDelay: time.Minute, TTL: 24 * time.Hour, FetchTimeout: 10 * time.Second, MaxOrigins: 100000, MaxBytes: 256 << 20}
+}
+
+func (c RobotsConfig) validate() error {
+	for _, d := range []struct {
+		n string
+		v time.Duration
+	}{{"MaxDelay", c.MaxDelay}, {"TTL", c.TTL}, {"FetchTimeout", c.FetchTimeout}} {
+		if err := checkDuration("Robots."+d.n, d.v); err != nil {
+			return err
+		}
+	}
+	if c.Enabled && c.TTL == 0 { // robots.txt would be fetched before every request
+		return &ConfigError{"Robots.TTL", "must be > 0 when Robots.Enabled"}
+	}
+	if c.Enabled && c.FetchTimeout == 0 {
+		return &ConfigError{"Robots.FetchTimeout", "must be > 0 when Robots.Enabled"}
+	}
+	if c.MaxOrigins < 0 {
+		return &ConfigError{"Robots.MaxOrigins", "must be >= 0"}
+	}
+	if c.MaxBytes < 0 {
+		return &ConfigError{"Robots.MaxBytes", "must be >= 0"}
+	}
+	return nil
+}
