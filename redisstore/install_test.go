@@ -75,8 +75,8 @@ func repoRoot(t *testing.T) string {
 // and build a program on it, with no go.work and no replace. The tagged
 // modules come from a file GOPROXY made from the working tree at the
 // version the nested modules require; their dependencies from this
-// machine's module cache (its cache/download is a GOPROXY too): no
-// network.
+// machine's module cache (its cache/download is a GOPROXY too), and what it
+// lacks from the environment's GOPROXY (a new machine's cache lacks some).
 func TestInstallsAlone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program in a new module (~10 s); not under -short")
@@ -86,6 +86,8 @@ func TestInstallsAlone(t *testing.T) {
 	goBin, err := exec.LookPath("go") // the go command running this test
 	require.NoError(t, err)
 	cache, err := exec.Command(goBin, "env", "GOMODCACHE").Output()
+	require.NoError(t, err)
+	upstream, err := exec.Command(goBin, "env", "GOPROXY").Output()
 	require.NoError(t, err)
 
 	tmp := t.TempDir()
@@ -116,7 +118,12 @@ func main() {
 }
 `), 0o644))
 	env := append(os.Environ(),
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(strings.TrimSpace(string(cache)), "cache", "download")),
+		// This repository's modules from the file proxy; the others from
+		// the module cache (its cache/download is a proxy too), else from
+		// the environment's GOPROXY: a new machine's cache lacks the
+		// .info files of modules that only appear in go.mod files (x/crypto
+		// for x/net), which go get reads.
+		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(strings.TrimSpace(string(cache)), "cache", "download"))+","+strings.TrimSpace(string(upstream)),
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"), // the fake release stays out of the real cache
 		"GOFLAGS=-mod=mod -modcacherw", "GOWORK=off", "GOSUMDB=off", "GONOSUMDB=", "GOPRIVATE=", "GOTOOLCHAIN=local")
 	run := func(args ...string) string {
