@@ -52,8 +52,11 @@
 // hash slot. The hash holds the admission state, the learned state and one
 // field per lease (its expiry), so a script reads a scope with one HGETALL:
 // inside a script each call costs about as much as the command itself.
-// Every key expires: an idle scope after Options.IdleTTL, longer while a
-// lease, a gate, a delay or a quota window is pending.
+// Every key expires: an idle scope after Options.IdleTTL to 1.25 times
+// that, longer while a lease, a gate, a delay or a quota window is
+// pending. (admit.lua sets a hash's expiry with a quarter of IdleTTL to
+// spare and records it in the hash; the admissions that follow skip the
+// PEXPIRE while that still covers them.)
 //
 // # Redis Cluster
 //
@@ -233,7 +236,8 @@ type Options struct {
 	// renewing it (a worker that died). Default 30s.
 	LeaseTTL time.Duration
 	// IdleTTL is how long an unused scope's state (its learned delay
-	// included) is kept. Default 1h, as Config.LearnedIdleTimeout.
+	// included) is kept, at least (at most a quarter more). Default 1h,
+	// as Config.LearnedIdleTimeout.
 	IdleTTL time.Duration
 	// Timeout bounds each call to Redis. Default 1s.
 	Timeout time.Duration

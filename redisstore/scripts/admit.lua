@@ -19,7 +19,8 @@
 -- learned state), last, jit (previous start and its jitter), sl (last start
 -- per slot, comma separated), gate, qs, qn, qu (quota window start, number,
 -- used), v, ld (learned state version and data), w (someone waits until
--- then: releases are published), and one field a lease,
+-- then: releases are published), e (the hash's expiry as this script last
+-- set it, with Redis's TIME), and one field a lease,
 -- "L:<lease>|<slot>" = its expiry. One key a scope, read with one HGETALL:
 -- each redis.call costs about as much as the command itself.
 
@@ -35,7 +36,8 @@ if lease == '' or #lease > 256 or string.find(lease, '|', 1, true) then return b
 local ttl, idle = tonumber(ARGV[3]), tonumber(ARGV[4])
 if not nonneg(ttl) or ttl < 1 or not nonneg(idle) or idle < 1 then return bad('bad ttl') end
 local now
-if ARGV[1] == '' then
+local realtime = ARGV[1] == ''
+if realtime then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
@@ -69,7 +71,7 @@ for i = 1, n do
   -- change nothing, and nothing is written before every scope was checked.
   local f = redis.call('HGETALL', KEYS[i])
   local live, busy, expired, first = 0, nil, nil, nil
-  local cstored, dstored, last, pjit, gate, qs, qn, qu, sver, data, sl
+  local cstored, dstored, last, pjit, gate, qs, qn, qu, sver, data, sl, kexp
   for j = 1, #f, 2 do
     local k, v = f[j], f[j + 1]
     if byte(k) == 76 then -- 'L': a lease, "L:<lease>|<slot>" = its expiry
@@ -99,6 +101,7 @@ for i = 1, n do
     elseif k == 'qs' then qs = tonumber(v)
     elseif k == 'qn' then qn = tonumber(v)
     elseif k == 'qu' then qu = tonumber(v)
+    elseif k == 'e' then kexp = tonumber(v)
     end
   end
   local slots, nslots = nil, 0
@@ -114,7 +117,7 @@ for i = 1, n do
   sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = cstored or conc, delay = dstored or delay, jit = jit,
     sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or {}, expired = expired,
     first = first, last = last, pjit = pjit or 1, gate = gate or 0, qs = qs, qn = qn or 0, qu = qu or 0,
-    sver = sver or 0, data = data, slots = slots, nslots = nslots }
+    sver = sver or 0, data = data, slots = slots, nslots = nslots, kexp = kexp }
 end
 
 -- freeslot: the free slot that can start soonest, -1 for a new slot at
@@ -224,7 +227,18 @@ for i = 1, n do
     -- pending, and idle_ttl after. Nothing else needs it longer: release
     -- and renew only lengthen it for a gate or a lease this covers.
     local pending = math.max(s.gate, now + s.delay * s.jit, (s.qs or 0) + s.win)
-    redis.call('PEXPIRE', s.h, math.max(ttl + 1000, idle + math.ceil(math.max(0, pending - now) / 1000)))
+    local keep = math.max(ttl + 1000, idle + math.ceil(math.max(0, pending - now) / 1000))
+    if not realtime then
+      redis.call('PEXPIRE', s.h, keep)
+    elseif not (s.kexp and s.kexp >= now + keep * 1000) then
+      -- In Redis time the expiry is set with a quarter of idle_ttl to
+      -- spare and recorded in 'e': the admissions that follow, while it
+      -- still covers what they need, skip the call (one of four). Every
+      -- other script only lengthens an expiry, so 'e' never exceeds it.
+      keep = keep + math.floor(idle / 4)
+      redis.call('HSET', s.h, 'e', format('%d', now + keep * 1000))
+      redis.call('PEXPIRE', s.h, keep)
+    end
   end
   out[#out + 1] = slot
   out[#out + 1] = qwin
