@@ -57,6 +57,7 @@ if deadline > 0 and now > deadline then return bad('too late: the caller stopped
 local tonumber, byte, match, format = tonumber, string.byte, string.match, string.format
 
 local sc = {}
+local none = {} -- the busy slots of every scope without any (only read)
 for i = 1, n do
   local b = 6 + 8 * (i - 1)
   local cost, conc, delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -115,7 +116,7 @@ for i = 1, n do
     end
   end
   sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = cstored or conc, delay = dstored or delay, jit = jit,
-    sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or {}, expired = expired,
+    sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or none, expired = expired,
     first = first, last = last, pjit = pjit or 1, gate = gate or 0, qs = qs, qn = qn or 0, qu = qu or 0,
     sver = sver or 0, data = data, slots = slots, nslots = nslots, kexp = kexp }
 end
@@ -172,7 +173,7 @@ for i = 1, n do
   end
 end
 
-local out = { 0, now, 0, why, who }
+local out = { 0, now, 0, why, who, 0, 0, 0, '' } -- (sized for one scope)
 if why ~= 0 then
   out[3] = at
   -- Someone waits on these scopes until about then: release.lua
@@ -194,8 +195,13 @@ for i = 1, n do
   if why == 0 then
     local jit = ARGV[6 + 8 * (i - 1) + 4]
     if s.sd == 0 and s.quota == 0 then
-      -- The common case, without a table for the fields.
-      redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
+      -- The common case, without a table for the fields, and without
+      -- the jitter when it is the previous start's (absent means 1).
+      if s.pjit == s.jit then
+        redis.call('HSET', s.h, 'last', now, 'L:' .. lease .. '|-1', expiry)
+      else
+        redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
+      end
     else
       local fields = { 'last', now, 'jit', jit }
       if s.sd > 0 then
@@ -240,9 +246,8 @@ for i = 1, n do
       redis.call('PEXPIRE', s.h, keep)
     end
   end
-  out[#out + 1] = slot
-  out[#out + 1] = qwin
-  out[#out + 1] = s.sver
-  if s.sver > s.ver and s.data then out[#out + 1] = s.data else out[#out + 1] = '' end
+  local k = 5 + 4 * (i - 1)
+  out[k + 1], out[k + 2], out[k + 3], out[k + 4] = slot, qwin, s.sver, ''
+  if s.sver > s.ver and s.data then out[k + 4] = s.data end
 end
 return out
