@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,22 +36,70 @@ const (
 	callLeft
 )
 
+// script is one of the store's scripts, as EVALSHA and EVAL take it.
+type script struct {
+	sha, src any // (boxed once: a call's arguments reuse them)
+}
+
+func newScript(rs *redis.Script, src string) *script { return &script{sha: rs.Hash(), src: src} }
+
+var (
+	admitLua   = newScript(admitScript, admitSrc)
+	releaseLua = newScript(releaseScript, releaseSrc)
+	renewLua   = newScript(renewScript, renewSrc)
+)
+
 // call is one script run for a caller.
 type call struct {
-	script *redis.Script
-	keys   []string
-	args   []any
+	script *script
+	// args is the whole command, built once: "evalsha", sha, the number
+	// of keys, the keys, the script's arguments (go-redis's Script.EvalSha
+	// would copy them into a new slice).
+	args []any
 
 	cmd        *redis.Cmd
 	sent, recv time.Time // when its pipeline was sent and answered
 	state      atomic.Int32
-	done       chan struct{} // closed when the sender claims the reply
+	done       chan struct{} // (buffered) signalled once, when the sender claims the reply
 	own        bool          // made by the sender: no one waits for it
 
 	// For an admission: its lease and scopes, given back if Redis admitted
 	// it after its caller left.
 	lease  string
 	scopes []throttle.StoreScope
+}
+
+// newCall starts the command of a call to sc on nkeys keys: the caller
+// appends the keys, then the arguments. The call comes from a pool when a
+// caller will wait for it (waited); free returns it there.
+func newCall(sc *script, nkeys int, waited bool) *call {
+	var c *call
+	if waited {
+		c = callPool.Get().(*call)
+	} else {
+		c = &call{}
+	}
+	c.script = sc
+	c.args = append(c.args[:0], "evalsha", sc.sha, nkeys)
+	return c
+}
+
+// key returns the i-th key of c's command.
+func (c *call) key(i int) string { return c.args[3+i].(string) }
+
+// callPool holds calls whose callers are done with them: run's channel
+// and the command's slice are reused.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, 0, 32)} }}
+
+// free returns c to the pool once its caller has read its reply; not a
+// call its caller left (the sender may still hold it).
+func free(c *call) {
+	if c.done == nil || c.state.Load() == callLeft {
+		return
+	}
+	clear(c.args)
+	*c = call{done: c.done, args: c.args[:0]}
+	callPool.Put(c)
 }
 
 // run has c sent by the senders and waits for its reply, the end of ctx
@@ -66,7 +115,6 @@ func (s *Store) run(ctx context.Context, dl time.Time, c *call) error {
 		defer cancel()
 		return s.runDirect(ctx, c)
 	}
-	c.done = make(chan struct{})
 	t := waitTimers.Get().(*time.Timer)
 	t.Reset(time.Until(dl))
 	defer func() {
@@ -109,9 +157,7 @@ var waitTimers = sync.Pool{New: func() any {
 
 // runDirect runs c on the caller's goroutine.
 func (s *Store) runDirect(ctx context.Context, c *call) error {
-	c.sent = time.Now()
-	c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
-	c.recv = time.Now()
+	s.exec(ctx, []*call{c})
 	return c.cmd.Err()
 }
 
@@ -180,7 +226,7 @@ func (s *Store) send(batch []*call, extra []*call) []*call {
 			continue
 		}
 		if c.state.CompareAndSwap(callWaiting, callDone) {
-			close(c.done)
+			c.done <- struct{}{}
 			continue
 		}
 		// The caller left while the call was sent.
@@ -206,7 +252,9 @@ func (s *Store) exec(ctx context.Context, calls []*call) {
 	sent := time.Now()
 	pipe := s.rdb.Pipeline()
 	for _, c := range calls {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = redis.NewCmd(ctx, c.args...)
+		c.cmd.SetFirstKeyPos(3) // (a cluster routes by the first key)
+		_ = pipe.Process(ctx, c.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // each command has its own error
 	var again []*call
@@ -218,7 +266,11 @@ func (s *Store) exec(ctx context.Context, calls []*call) {
 	if len(again) > 0 {
 		pipe := s.rdb.Pipeline()
 		for _, c := range again {
-			c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			args := slices.Clone(c.args)
+			args[0], args[1] = "eval", c.script.src
+			c.cmd = redis.NewCmd(ctx, args...)
+			c.cmd.SetFirstKeyPos(3)
+			_ = pipe.Process(ctx, c.cmd)
 		}
 		_, _ = pipe.Exec(ctx)
 	}

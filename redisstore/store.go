@@ -52,8 +52,11 @@
 // hash slot. The hash holds the admission state, the learned state and one
 // field per lease (its expiry), so a script reads a scope with one HGETALL:
 // inside a script each call costs about as much as the command itself.
-// Every key expires: an idle scope after Options.IdleTTL, longer while a
-// lease, a gate, a delay or a quota window is pending.
+// Every key expires: an idle scope after Options.IdleTTL to 1.25 times
+// that, longer while a lease, a gate, a delay or a quota window is
+// pending. (admit.lua sets a hash's expiry with a quarter of IdleTTL to
+// spare and records it in the hash; the admissions that follow skip the
+// PEXPIRE while that still covers them.)
 //
 // # Redis Cluster
 //
@@ -199,6 +202,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -233,7 +237,8 @@ type Options struct {
 	// renewing it (a worker that died). Default 30s.
 	LeaseTTL time.Duration
 	// IdleTTL is how long an unused scope's state (its learned delay
-	// included) is kept. Default 1h, as Config.LearnedIdleTimeout.
+	// included) is kept, at least (at most a quarter more). Default 1h,
+	// as Config.LearnedIdleTimeout.
 	IdleTTL time.Duration
 	// Timeout bounds each call to Redis. Default 1s.
 	Timeout time.Duration
@@ -252,6 +257,12 @@ type Store struct {
 	rdb     redis.UniversalClient
 	opts    Options
 	channel string
+
+	// The scripts' arguments that never change, boxed once.
+	leaseTTLArg, idleTTLArg, channelArg any
+	// keyCache holds recent scopes' keys (see keyArgs).
+	keyCache [keyCacheSize]atomic.Pointer[keyEntry]
+	keySeed  maphash.Seed
 
 	mu       sync.Mutex
 	leases   map[string]*heldLease // this process's live leases
@@ -273,8 +284,11 @@ type Store struct {
 }
 
 type heldLease struct {
-	keys   []string // scope hashes
-	fields []string // the lease's field in each
+	keys  []string // scope hashes
+	slots []int    // the lease's slot in each (its field: leaseField)
+	// The keys and slots of one scope, without more allocations.
+	key1  [1]string
+	slot1 [1]int
 }
 
 // NewClient returns a go-redis client with the settings the store needs:
@@ -336,7 +350,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Store{rdb: rdb, opts: opts, channel: opts.Prefix + "released",
-		leases: make(map[string]*heldLease), watchers: make(map[int]func(string)), stop: make(chan struct{}),
+		leaseTTLArg: ms(opts.LeaseTTL), idleTTLArg: ms(opts.IdleTTL), channelArg: opts.Prefix + "released",
+		keySeed: maphash.MakeSeed(), leases: make(map[string]*heldLease), watchers: make(map[int]func(string)), stop: make(chan struct{}),
 		queue: make(chan *call, 4*maxBatch)}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -392,7 +407,37 @@ func (s *Store) Key(scope string) string {
 	return string(b)
 }
 
-func leaseField(lease string, slot int) string { return "L:" + lease + "|" + strconv.Itoa(slot) }
+// keyCacheSize is how many scopes' keys a store remembers: enough for the
+// scopes a crawler's workers are on at once; a scope that finds its entry
+// taken by another computes its key again.
+const keyCacheSize = 1024
+
+// keyEntry is a scope's key and the scope itself, boxed once for the
+// scripts' arguments.
+type keyEntry struct {
+	scope         string
+	key, scopeArg any
+}
+
+// keyArgs returns scope's key and the scope as a call's arguments: from
+// keyCache, a direct-mapped cache, so that a scope in use costs neither a
+// SHA-256 nor an allocation a call.
+func (s *Store) keyArgs(scope string) *keyEntry {
+	slot := &s.keyCache[maphash.String(s.keySeed, scope)%keyCacheSize]
+	if e := slot.Load(); e != nil && e.scope == scope {
+		return e
+	}
+	e := &keyEntry{scope: scope, key: s.Key(scope), scopeArg: scope}
+	slot.Store(e)
+	return e
+}
+
+func leaseField(lease string, slot int) string {
+	if slot == -1 { // the common case, in one allocation
+		return "L:" + lease + "|-1"
+	}
+	return "L:" + lease + "|" + strconv.Itoa(slot)
+}
 
 func (s *Store) nowArg() string {
 	if s.opts.Clock == nil {
@@ -474,16 +519,18 @@ func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle
 // request, for the answer's Scope.
 func (s *Store) admit(caller context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
 	dl, callers := s.bound(caller)
-	keys := make([]string, 0, len(scopes))
-	args := make([]any, 0, 6+8*len(scopes))
-	args = append(args, s.nowArg(), lease, ms(s.opts.LeaseTTL), ms(s.opts.IdleTTL), len(scopes), s.deadlineArg(dl))
+	c := newCall(admitLua, len(scopes), true)
+	defer free(c)
+	c.lease, c.scopes = lease, scopes
+	for i := range scopes {
+		c.args = append(c.args, s.keyArgs(scopes[i].Key).key)
+	}
+	c.args = append(c.args, s.nowArg(), lease, s.leaseTTLArg, s.idleTTLArg, len(scopes), s.deadlineArg(dl))
 	for i := range scopes {
 		sc := &scopes[i]
-		keys = append(keys, s.Key(sc.Key))
-		args = append(args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
+		c.args = append(c.args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
 			jitterArg(sc.Jitter), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
 	}
-	c := &call{script: admitScript, keys: keys, args: args, lease: lease, scopes: scopes}
 	if err := s.run(caller, dl, c); err != nil {
 		if strings.Contains(err.Error(), tooLate) {
 			// Redis's clock disagrees with the estimate (a step of the
@@ -523,12 +570,15 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 		ans.Tickets = make([]throttle.StoreTicket, len(scopes))
 	}
 	held := &heldLease{}
+	if len(scopes) == 1 {
+		held.keys, held.slots = held.key1[:0], held.slot1[:0]
+	}
 	for i := range scopes {
 		r := res[5+4*i:]
 		if ans.Admitted {
 			ans.Tickets[i] = throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
-			held.keys = append(held.keys, keys[i])
-			held.fields = append(held.fields, leaseField(lease, ans.Tickets[i].Slot))
+			held.keys = append(held.keys, c.key(i))
+			held.slots = append(held.slots, ans.Tickets[i].Slot)
 		}
 		ans.Learned[i].Version = toInt(r[2])
 		if d, _ := r[3].(string); d != "" {
@@ -539,7 +589,7 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 		s.mu.Lock()
 		if old := s.leases[lease]; old != nil { // admitEach: one lease, several groups
 			old.keys = append(old.keys, held.keys...)
-			old.fields = append(old.fields, held.fields...)
+			old.slots = append(old.slots, held.slots...)
 		} else {
 			s.leases[lease] = held
 		}
@@ -634,7 +684,8 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 		delete(s.leases, lease)
 		s.mu.Unlock()
 	}
-	c := s.releaseCall(lease, scopes)
+	c := s.releaseCall(lease, scopes, true)
+	defer free(c)
 	dl, _ := s.bound(ctx)
 	if err := s.run(ctx, dl, c); err != nil {
 		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
@@ -654,14 +705,16 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 	return ans, nil
 }
 
-// releaseCall is release.lua's call for a lease on scopes.
-func (s *Store) releaseCall(lease string, scopes []throttle.StoreReleaseScope) *call {
-	keys := make([]string, 0, len(scopes))
-	args := make([]any, 0, 5+12*len(scopes))
-	args = append(args, s.nowArg(), lease, ms(s.opts.IdleTTL), s.channel, len(scopes))
+// releaseCall is release.lua's call for a lease on scopes (waited: see
+// newCall).
+func (s *Store) releaseCall(lease string, scopes []throttle.StoreReleaseScope, waited bool) *call {
+	c := newCall(releaseLua, len(scopes), waited)
+	for i := range scopes {
+		c.args = append(c.args, s.keyArgs(scopes[i].Key).key)
+	}
+	c.args = append(c.args, s.nowArg(), lease, s.idleTTLArg, s.channelArg, len(scopes))
 	for i := range scopes {
 		rs := &scopes[i]
-		keys = append(keys, s.Key(rs.Key))
 		var gate int64
 		if !rs.Gate.IsZero() {
 			gate = rs.Gate.UnixMicro()
@@ -670,10 +723,26 @@ func (s *Store) releaseCall(lease string, scopes []throttle.StoreReleaseScope) *
 		if rs.Learned {
 			learned = "1"
 		}
-		args = append(args, rs.Key, rs.Ticket.Slot, rs.Ticket.Window, gate, rs.QuotaDelta, rs.QuotaFloor,
-			us(rs.QuotaWindow), learned, rs.Version, rs.Data, us(rs.Delay), max(rs.Concurrency, 1))
+		var data any = "" // (an empty []byte would be boxed)
+		if len(rs.Data) > 0 {
+			data = rs.Data
+		}
+		c.args = append(c.args, s.keyArgs(rs.Key).scopeArg, intArg(int64(rs.Ticket.Slot)), rs.Ticket.Window, gate, rs.QuotaDelta,
+			intArg(rs.QuotaFloor), us(rs.QuotaWindow), learned, rs.Version, data, us(rs.Delay), max(rs.Concurrency, 1))
 	}
-	return &call{script: releaseScript, keys: keys, args: args}
+	return c
+}
+
+// minusOne is -1 boxed once: a slot of a scope without a slot delay, a
+// release without a quota floor (Go boxes 0 to 255 without allocating,
+// not -1).
+var minusOne any = int64(-1)
+
+func intArg(v int64) any {
+	if v == -1 {
+		return minusOne
+	}
+	return v
 }
 
 // giveBack is the release of an admission whose caller stopped waiting
@@ -692,7 +761,7 @@ func (s *Store) giveBack(cmd *redis.Cmd, lease string, scopes []throttle.StoreSc
 		rel[i] = throttle.StoreReleaseScope{Key: sc.Key, Ticket: throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])},
 			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window}
 	}
-	return s.releaseCall(lease, rel)
+	return s.releaseCall(lease, rel, false)
 }
 
 // Watch implements throttle.Store: one subscription to the release
@@ -780,9 +849,11 @@ func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 func (s *Store) Renew(ctx context.Context) int {
 	s.mu.Lock()
 	var keys, fields []string
-	for _, l := range s.leases {
+	for lease, l := range s.leases {
 		keys = append(keys, l.keys...)
-		fields = append(fields, l.fields...)
+		for _, slot := range l.slots {
+			fields = append(fields, leaseField(lease, slot))
+		}
 	}
 	s.mu.Unlock()
 	if len(keys) == 0 {
@@ -792,7 +863,9 @@ func (s *Store) Renew(ctx context.Context) int {
 	// live on different cluster nodes.
 	calls := make([]*call, len(keys))
 	for i := range keys {
-		calls[i] = &call{script: renewScript, keys: []string{keys[i]}, args: []any{s.nowArg(), ms(s.opts.LeaseTTL), fields[i]}}
+		c := newCall(renewLua, 1, false)
+		c.args = append(c.args, keys[i], s.nowArg(), s.leaseTTLArg, fields[i])
+		calls[i] = c
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

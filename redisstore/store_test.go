@@ -67,3 +67,46 @@ func awaitProgress(t *testing.T, progress <-chan struct{}, n int, within time.Du
 		}
 	}
 }
+
+// TestKeyExpiryRenewedSparingly, in Redis time: admit.lua renews a
+// scope's expiry with a quarter of IdleTTL to spare and skips the
+// PEXPIRE while what is left covers the admission, so a busy scope's
+// hash always has between IdleTTL and 1.25·IdleTTL to live, and is
+// renewed about once per IdleTTL/4, not at every admission.
+func TestKeyExpiryRenewedSparingly(t *testing.T) {
+	const idle = 1200 * time.Millisecond // above LeaseTTL+1s, the least a hash with a lease keeps
+	srv := redistest.Start(t)
+	s, client := newStore(t, srv, redisstore.Options{LeaseTTL: 100 * time.Millisecond, IdleTTL: idle})
+	ctx := context.Background()
+	key := s.Key("busy.test")
+	start := time.Now()
+	admissions := 0
+	renewals := map[string]bool{} // the expiries admit.lua recorded (field e)
+	for time.Since(start) < idle {
+		lease := "l" + strconv.Itoa(admissions)
+		ans, err := s.Admit(ctx, &throttle.StoreRequest{Lease: lease,
+			Scopes: []throttle.StoreScope{{Key: "busy.test", Cost: 1, Concurrency: 1, Jitter: 1}}})
+		if err != nil || !ans.Admitted {
+			t.Fatalf("admission %d: %v %+v", admissions, err, ans)
+		}
+		admissions++
+		if ttl := client.PTTL(ctx, key).Val(); ttl < idle-200*time.Millisecond || ttl > idle*5/4 {
+			t.Fatalf("admission %d: the hash has %v to live, want IdleTTL (%v) to 1.25 times that", admissions, ttl, idle)
+		}
+		e := client.HGet(ctx, key, "e").Val()
+		if e == "" {
+			t.Fatalf("admission %d: no expiry recorded in the hash", admissions)
+		}
+		renewals[e] = true
+		if _, err := s.Release(ctx, &throttle.StoreRelease{Lease: lease,
+			Scopes: []throttle.StoreReleaseScope{{Key: "busy.test", Ticket: ans.Tickets[0], QuotaFloor: -1}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// One at the first admission, then at most one per IdleTTL/4.
+	if most := 1 + int(idle/(idle/4)); len(renewals) < 1 || len(renewals) > most {
+		t.Fatalf("expiry set %d times in %d admissions over %v, want 1 to %d", len(renewals), admissions, idle, most)
+	}
+	t.Logf("expiry set %d times in %d admissions", len(renewals), admissions)
+}

@@ -37,6 +37,13 @@ function median(name,    k, i, j, t, a) {
   for (i = 2; i < NF; i++) if ($(i+1) ~ /^(pairs|allows|evals)\/s$/) v[name, ++n[name]] = $i
 }
 END {
+  printf "per round, ours/redis_rate (Acquire+Release pairs against Allows, same round)\n"
+  for (g = 1; g <= 50; g += 49) {
+    printf "%-10d", g
+    for (i = 1; i <= n["RateAllow" g]; i++) printf " %.2fx", v["RateAllow" g, i] ? v["AcquireRelease" g, i] / v["RateAllow" g, i] : 0
+    printf "\n"
+  }
+  printf "\n"
   printf "median of %d rounds, per second\n", n["RateAllow1"]
   printf "%-10s %12s %12s %12s %12s %16s\n", "goroutines", "Acquire+Rel", "store A+R", "redis_rate", "EVALSHA", "ours/redis_rate"
   for (g = 1; g <= 50; g += 49) {

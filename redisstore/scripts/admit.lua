@@ -19,7 +19,8 @@
 -- learned state), last, jit (previous start and its jitter), sl (last start
 -- per slot, comma separated), gate, qs, qn, qu (quota window start, number,
 -- used), v, ld (learned state version and data), w (someone waits until
--- then: releases are published), and one field a lease,
+-- then: releases are published), e (the hash's expiry as this script last
+-- set it, with Redis's TIME), and one field a lease,
 -- "L:<lease>|<slot>" = its expiry. One key a scope, read with one HGETALL:
 -- each redis.call costs about as much as the command itself.
 
@@ -35,7 +36,8 @@ if lease == '' or #lease > 256 or string.find(lease, '|', 1, true) then return b
 local ttl, idle = tonumber(ARGV[3]), tonumber(ARGV[4])
 if not nonneg(ttl) or ttl < 1 or not nonneg(idle) or idle < 1 then return bad('bad ttl') end
 local now
-if ARGV[1] == '' then
+local realtime = ARGV[1] == ''
+if realtime then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
@@ -55,6 +57,7 @@ if deadline > 0 and now > deadline then return bad('too late: the caller stopped
 local tonumber, byte, match, format = tonumber, string.byte, string.match, string.format
 
 local sc = {}
+local none = {} -- the busy slots of every scope without any (only read)
 for i = 1, n do
   local b = 6 + 8 * (i - 1)
   local cost, conc, delay = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -69,7 +72,7 @@ for i = 1, n do
   -- change nothing, and nothing is written before every scope was checked.
   local f = redis.call('HGETALL', KEYS[i])
   local live, busy, expired, first = 0, nil, nil, nil
-  local cstored, dstored, last, pjit, gate, qs, qn, qu, sver, data, sl
+  local cstored, dstored, last, pjit, gate, qs, qn, qu, sver, data, sl, kexp
   for j = 1, #f, 2 do
     local k, v = f[j], f[j + 1]
     if byte(k) == 76 then -- 'L': a lease, "L:<lease>|<slot>" = its expiry
@@ -99,6 +102,7 @@ for i = 1, n do
     elseif k == 'qs' then qs = tonumber(v)
     elseif k == 'qn' then qn = tonumber(v)
     elseif k == 'qu' then qu = tonumber(v)
+    elseif k == 'e' then kexp = tonumber(v)
     end
   end
   local slots, nslots = nil, 0
@@ -112,9 +116,9 @@ for i = 1, n do
     end
   end
   sc[i] = { h = KEYS[i], exists = #f > 0, cost = cost, conc = cstored or conc, delay = dstored or delay, jit = jit,
-    sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or {}, expired = expired,
+    sd = sd, quota = quota, win = win, ver = ver, live = live, busy = busy or none, expired = expired,
     first = first, last = last, pjit = pjit or 1, gate = gate or 0, qs = qs, qn = qn or 0, qu = qu or 0,
-    sver = sver or 0, data = data, slots = slots, nslots = nslots }
+    sver = sver or 0, data = data, slots = slots, nslots = nslots, kexp = kexp }
 end
 
 -- freeslot: the free slot that can start soonest, -1 for a new slot at
@@ -169,7 +173,7 @@ for i = 1, n do
   end
 end
 
-local out = { 0, now, 0, why, who }
+local out = { 0, now, 0, why, who, 0, 0, 0, '' } -- (sized for one scope)
 if why ~= 0 then
   out[3] = at
   -- Someone waits on these scopes until about then: release.lua
@@ -191,8 +195,13 @@ for i = 1, n do
   if why == 0 then
     local jit = ARGV[6 + 8 * (i - 1) + 4]
     if s.sd == 0 and s.quota == 0 then
-      -- The common case, without a table for the fields.
-      redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
+      -- The common case, without a table for the fields, and without
+      -- the jitter when it is the previous start's (absent means 1).
+      if s.pjit == s.jit then
+        redis.call('HSET', s.h, 'last', now, 'L:' .. lease .. '|-1', expiry)
+      else
+        redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
+      end
     else
       local fields = { 'last', now, 'jit', jit }
       if s.sd > 0 then
@@ -224,11 +233,21 @@ for i = 1, n do
     -- pending, and idle_ttl after. Nothing else needs it longer: release
     -- and renew only lengthen it for a gate or a lease this covers.
     local pending = math.max(s.gate, now + s.delay * s.jit, (s.qs or 0) + s.win)
-    redis.call('PEXPIRE', s.h, math.max(ttl + 1000, idle + math.ceil(math.max(0, pending - now) / 1000)))
+    local keep = math.max(ttl + 1000, idle + math.ceil(math.max(0, pending - now) / 1000))
+    if not realtime then
+      redis.call('PEXPIRE', s.h, keep)
+    elseif not (s.kexp and s.kexp >= now + keep * 1000) then
+      -- In Redis time the expiry is set with a quarter of idle_ttl to
+      -- spare and recorded in 'e': the admissions that follow, while it
+      -- still covers what they need, skip the call (one of four). Every
+      -- other script only lengthens an expiry, so 'e' never exceeds it.
+      keep = keep + math.floor(idle / 4)
+      redis.call('HSET', s.h, 'e', format('%d', now + keep * 1000))
+      redis.call('PEXPIRE', s.h, keep)
+    end
   end
-  out[#out + 1] = slot
-  out[#out + 1] = qwin
-  out[#out + 1] = s.sver
-  if s.sver > s.ver and s.data then out[#out + 1] = s.data else out[#out + 1] = '' end
+  local k = 5 + 4 * (i - 1)
+  out[k + 1], out[k + 2], out[k + 3], out[k + 4] = slot, qwin, s.sver, ''
+  if s.sver > s.ver and s.data then out[k + 4] = s.data end
 end
 return out
