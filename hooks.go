@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"time"
 )
@@ -117,18 +116,6 @@ type WarningEvent struct {
 	Scope   string // "" when not about one scope
 }
 
-// warn logs msg once per kind (the caller keeps the once) and calls the
-// Warning hook.
-func (m *ThrottlingManager) warn(msg, scope string, attrs ...any) {
-	if scope != "" {
-		attrs = append([]any{"scope", scope}, attrs...)
-	}
-	m.log.Warn(msg, attrs...)
-	if h := m.cfg.Hooks.Warning; h != nil {
-		h(WarningEvent{Message: msg, Scope: scope})
-	}
-}
-
 // policySnap is what the release hooks compare before and after Finish.
 type policySnap struct {
 	delay   time.Duration
@@ -197,71 +184,4 @@ func (m *ThrottlingManager) fire(ev *hookEvents) {
 // watchesPolicy reports whether a hook needs the policy's changes.
 func (h *Hooks) watchesPolicy() bool {
 	return h.DelayChanged != nil || h.Backoff != nil || h.GateSet != nil
-}
-
-// ineffective warns, once per manager, about a setting that has had no
-// effect: called on a scope's ineffectiveAfter-th response, with s locked.
-func (m *ThrottlingManager) checkIneffective(s *scope) {
-	ds, ok := s.mgr.(*defaultScope)
-	if !ok || m.warnedIneffective.Load() {
-		return
-	}
-	c := &s.counts
-	conc := ds.cfg.Concurrency
-	d, _ := ds.delay()
-	if conc > 1 && c.peak <= 1 && c.latency > 0 && d >= c.latency && !ds.cfg.Rampup.Enabled {
-		if m.warnedIneffective.Swap(true) {
-			return
-		}
-		msg := fmt.Sprintf("throttle: Concurrency %d has had no effect: in %d requests never more than 1 was in flight, "+
-			"because the delay between starts (%v) is longer than a request takes (%v), so a slot is free again before the next start is due; "+
-			"lower Delay to use the concurrency, or set Concurrency 1", conc, c.requests, d, c.latency)
-		m.warnAsync(msg, s.key)
-	}
-}
-
-// warnAsync records a warning to give out once the caller's locks are
-// released (the Warning hook must be called without them).
-func (m *ThrottlingManager) warnAsync(msg, scope string) {
-	m.pendingMu.Lock()
-	m.pending = append(m.pending, WarningEvent{Message: msg, Scope: scope})
-	m.pendingMu.Unlock()
-	m.hasPending.Store(true)
-}
-
-// flushWarnings gives out the warnings recorded under locks.
-func (m *ThrottlingManager) flushWarnings() {
-	if !m.hasPending.Load() {
-		return
-	}
-	m.pendingMu.Lock()
-	ws := m.pending
-	m.pending = nil
-	m.hasPending.Store(false)
-	m.pendingMu.Unlock()
-	for _, w := range ws {
-		m.warn(w.Message, w.Scope)
-	}
-}
-
-// ineffectiveAfter is how many responses a scope must have had before a
-// setting is called ineffective.
-const ineffectiveAfter = 100
-
-// warnStatic warns at New about settings that contradict each other.
-func (m *ThrottlingManager) warnStatic() {
-	check := func(name string, sc *ScopeConfig) {
-		if sc.AutoThrottle.Enabled && sc.AutoThrottle.TargetConcurrency > float64(sc.Concurrency) {
-			m.warn(fmt.Sprintf("throttle: %s.AutoThrottle.TargetConcurrency %g exceeds Concurrency %d: AutoThrottle "+
-				"aims at %g requests in flight but the scope allows %d, so its delay is lower than it would choose",
-				name, sc.AutoThrottle.TargetConcurrency, sc.Concurrency, sc.AutoThrottle.TargetConcurrency, sc.Concurrency), "")
-		}
-		for _, msg := range ineffectiveSettings(name, sc) {
-			m.warn("throttle: "+msg, "")
-		}
-	}
-	check("Default", &m.cfg.Default)
-	for k, sc := range m.cfg.Scopes {
-		check(fmt.Sprintf("Scopes[%q]", k), &sc)
-	}
 }
