@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"path"
-	"strconv"
 	"time"
 )
 
@@ -258,12 +256,7 @@ func (c *Config) validate() error {
 		if k == "" {
 			return &ConfigError{`Scopes[""]`, "scope key must not be empty"}
 		}
-		name := "Scopes[" + strconv.Quote(k) + "]"
-		if _, err := path.Match(k, ""); err != nil {
-			return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
-		}
-		sc.completeFrom(&c.Default) // as New will
-		if err := sc.validate(name); err != nil {
+		if err := validateScopeEntry(k, &sc); err != nil { // completed by New
 			return err
 		}
 	}

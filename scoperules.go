@@ -7,6 +7,7 @@ import (
 	"path"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +38,16 @@ func (s *ScopeConfig) completeFrom(def *ScopeConfig) {
 	if reflect.ValueOf(s.Rampup).IsZero() {
 		s.Rampup = def.Rampup
 	}
+}
+
+// validateScopeEntry checks a completed Config.Scopes entry (or
+// SetScopeConfig argument) and its key, naming the entry in errors.
+func validateScopeEntry(key string, sc *ScopeConfig) error {
+	name := "Scopes[" + strconv.Quote(key) + "]"
+	if _, err := path.Match(key, ""); err != nil {
+		return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
+	}
+	return sc.validate(name)
 }
 
 // isScopePattern reports whether a Config.Scopes key is a glob pattern

@@ -4,8 +4,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"maps"
-	"path"
-	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -67,13 +65,13 @@ type ThrottlingManager struct {
 // Hooks.Warning) about settings that cannot take effect, such as a Delay
 // shorter than SlotDelay/Concurrency.
 func New(cfg Config) (*ThrottlingManager, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
 	cfg.Scopes = maps.Clone(cfg.Scopes)
 	for k, sc := range cfg.Scopes {
-		sc.completeFrom(&cfg.Default)
+		sc.completeFrom(&cfg.Default) // from an invalid Default: validate names Default first
 		cfg.Scopes[k] = sc
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	m := &ThrottlingManager{
 		cfg:      cfg,
@@ -128,12 +126,8 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	if key == "" {
 		return ErrEmptyScopeKey
 	}
-	name := "Scopes[" + strconv.Quote(key) + "]"
-	if _, err := path.Match(key, ""); err != nil {
-		return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
-	}
 	cfg.completeFrom(&m.cfg.Default)
-	if err := cfg.validate(name); err != nil {
+	if err := validateScopeEntry(key, &cfg); err != nil {
 		return err
 	}
 	m.cfgMu.Lock()

@@ -435,7 +435,10 @@ func (s *server) start(dir, health string) error {
 			s.kill()
 			return fmt.Errorf("%s not ready in %v; killed it", s.name, readyTimeout)
 		}
-		time.Sleep(readyPoll)
+		select { // poll again, or see the exit at once
+		case <-s.exited:
+		case <-time.After(readyPoll):
+		}
 	}
 }
 
