@@ -9,8 +9,8 @@ import "time"
 // AutoThrottleConfig is invalid (TargetConcurrency must be > 0, even with
 // Enabled false), except in a Config.Scopes entry or a SetScopeConfig
 // argument, where it stands for Default's; start from
-// DefaultAutoThrottleConfig. A plain value: copy it freely, but don't
-// change it while another goroutine reads it.
+// DefaultConfig().Default.AutoThrottle. A plain value: copy it freely, but
+// don't change it while another goroutine reads it.
 type AutoThrottleConfig struct {
 	// Enabled turns AutoThrottle on. Default false.
 	Enabled bool
@@ -24,8 +24,9 @@ type AutoThrottleConfig struct {
 	TargetConcurrency float64
 }
 
-// DefaultAutoThrottleConfig returns Scrapy's AUTOTHROTTLE_* defaults, off.
-func DefaultAutoThrottleConfig() AutoThrottleConfig {
+// defaultAutoThrottleConfig returns Scrapy's AUTOTHROTTLE_* defaults, off:
+// DefaultConfig().Default.AutoThrottle.
+func defaultAutoThrottleConfig() AutoThrottleConfig {
 	return AutoThrottleConfig{StartDelay: 5 * time.Second, MaxDelay: time.Minute, TargetConcurrency: 1}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 func atConfig(delay, maxDelay time.Duration, target float64) ScopeConfig {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Delay = delay
 	cfg.AutoThrottle.Enabled = true
 	cfg.AutoThrottle.MaxDelay = maxDelay

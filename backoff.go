@@ -50,8 +50,9 @@ import (
 // A zero BackoffConfig is invalid (Factor must be >= 1, even with Enabled
 // false), except in a Config.Scopes entry or a SetScopeConfig argument,
 // where it stands for Default's: to turn backoff off, start from
-// DefaultBackoffConfig and clear Enabled. A plain value, but copies share
-// the Statuses slice: don't change it while another goroutine reads it.
+// DefaultConfig().Default.Backoff and clear Enabled. A plain value, but
+// copies share the Statuses slice: don't change it while another goroutine
+// reads it.
 type BackoffConfig struct {
 	// Enabled turns backoff on. Default true.
 	Enabled bool
@@ -79,8 +80,9 @@ type BackoffConfig struct {
 	RedirectMaxDelay time.Duration
 }
 
-// DefaultBackoffConfig returns the backoff defaults named on each field.
-func DefaultBackoffConfig() BackoffConfig {
+// defaultBackoffConfig returns the backoff defaults named on each field,
+// DefaultConfig().Default.Backoff.
+func defaultBackoffConfig() BackoffConfig {
 	return BackoffConfig{
 		Enabled:           true,
 		Statuses:          slices.Clone(DefaultBackoffStatuses),

@@ -47,7 +47,7 @@ var (
 )
 
 func backoffConfig() ScopeConfig {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Delay, cfg.SlotDelay, cfg.Jitter = 0, 0, Jitter{}
 	return cfg
 }

@@ -25,7 +25,7 @@ type Config struct {
 	// other zero means what it says: {Delay: 200 * time.Millisecond,
 	// Concurrency: 2} is Default with those two changed and no jitter
 	// (Jitter{}). To turn a sub-config off in an entry, start from its
-	// default (b := DefaultBackoffConfig(); b.Enabled = false).
+	// default (b := DefaultConfig().Default.Backoff; b.Enabled = false).
 	//
 	// A key holding *, ? or [ is a glob pattern (path.Match syntax:
 	// "*.example.com") for the scopes without an entry of their own, as
@@ -187,30 +187,35 @@ type Jitter struct {
 func SymmetricJitter(f float64) Jitter { return Jitter{Min: -f, Max: f} }
 
 // DefaultConfig returns the defaults named on each field of Config and
-// ScopeConfig.
+// ScopeConfig, and of the sub-configs: start a Config.Scopes entry's
+// Backoff, AutoThrottle or Rampup, or a RobotsConfig, from
+// DefaultConfig().Default.Backoff (.AutoThrottle, .Rampup) or
+// DefaultConfig().Robots. Each call returns new values (a new
+// Backoff.Statuses slice included).
 func DefaultConfig() Config {
 	return Config{
-		Default:              DefaultScopeConfig(),
+		Default:              defaultScopeConfig(),
 		GlobalConcurrency:    16,
 		IdleTimeout:          5 * time.Minute,
 		LearnedIdleTimeout:   time.Hour,
 		DelayedWarnThreshold: 500,
 		MaxScopes:            1_000_000,
-		Robots:               DefaultRobotsConfig(),
+		Robots:               defaultRobotsConfig(),
 		StoreRetry:           time.Second,
 	}
 }
 
-// DefaultScopeConfig returns the default configuration of one scope.
-func DefaultScopeConfig() ScopeConfig {
+// defaultScopeConfig returns the default configuration of one scope,
+// DefaultConfig().Default.
+func defaultScopeConfig() ScopeConfig {
 	return ScopeConfig{
 		Concurrency:  1,
 		Delay:        time.Second,
 		Jitter:       SymmetricJitter(0.5),
 		Window:       time.Minute,
-		AutoThrottle: DefaultAutoThrottleConfig(),
-		Backoff:      DefaultBackoffConfig(),
-		Rampup:       DefaultRampupConfig(),
+		AutoThrottle: defaultAutoThrottleConfig(),
+		Backoff:      defaultBackoffConfig(),
+		Rampup:       defaultRampupConfig(),
 	}
 }
 

@@ -189,7 +189,7 @@ func fuzzConfig(in []byte) Config {
 		case 2:
 			key = string([]byte{r.byte(), r.byte()})
 		}
-		sc := DefaultScopeConfig()
+		sc := defaultScopeConfig()
 		r.scope(&sc)
 		cfg.Scopes = map[string]ScopeConfig{key: sc}
 	}

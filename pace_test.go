@@ -128,7 +128,7 @@ func TestPaceNamesTheRuleThatBinds(t *testing.T) {
 		{"robots", func(sc *ScopeConfig) {}, nil, 0, ReasonRobots},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			sc := DefaultScopeConfig()
+			sc := defaultScopeConfig()
 			c.set(&sc)
 			s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: sc, GlobalConcurrency: 16}).(*defaultScope)
 			now := time.Unix(1_000_000, 0)
@@ -189,7 +189,7 @@ func TestSlotsAboveALoweredConcurrency(t *testing.T) {
 // even when the start before the signal drew the scope's ±50 % (the bug:
 // with MaxDelay 300 s, waits of 2m33s to 7m29s).
 func TestBackoffFirstWaitDrawsBackoffJitter(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Backoff.MinDelay = 300 * time.Second
 	cfg.Backoff.OutageProbe = 0
 	for seed := range uint64(200) {

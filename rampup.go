@@ -86,9 +86,9 @@ import (
 //
 // A zero RampupConfig is invalid (MinSignals must be >= 1, even with
 // Enabled false), except in a Config.Scopes entry or a SetScopeConfig
-// argument, where it stands for Default's; start from DefaultRampupConfig.
-// A plain value: copy it freely, but don't change it while another
-// goroutine reads it.
+// argument, where it stands for Default's; start from
+// DefaultConfig().Default.Rampup. A plain value: copy it freely, but don't
+// change it while another goroutine reads it.
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool
@@ -104,8 +104,9 @@ type RampupConfig struct {
 	MaxConcurrency int
 }
 
-// DefaultRampupConfig returns the rampup defaults, off.
-func DefaultRampupConfig() RampupConfig {
+// defaultRampupConfig returns the rampup defaults, off:
+// DefaultConfig().Default.Rampup.
+func defaultRampupConfig() RampupConfig {
 	return RampupConfig{MinSignals: 1, MaxSignals: 1}
 }
 

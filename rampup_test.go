@@ -145,7 +145,7 @@ func TestRampupFollowsALimitBelowThePace(t *testing.T) {
 // minute (trailing-60 s 2xx rate >= 90 % of it by 60 s), then held at >=
 // 95 % with <= 2 signals a minute.
 func TestRampupColdStart(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
 	res := runScope(t, cfg, bucketServer(20, 11), 50*ms, 32, 10*time.Minute)
 	assert.GreaterOrEqual(t, res.okRate(0, time.Minute), 0.9*20, "first minute")
@@ -158,7 +158,7 @@ func TestRampupColdStart(t *testing.T) {
 // end of refusals to the next (a quota's new window) and settles at
 // 600/min: >= 95 % of it from the third minute.
 func TestRampupQuotaPerMinute(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
 	res := runScope(t, cfg, windowServer(600, time.Minute), 50*ms, 32, 10*time.Minute)
 	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*10)
@@ -174,7 +174,7 @@ func TestRampupQuotaPerMinute(t *testing.T) {
 // failed probe settles at the rate a quiet window proved, not at the
 // cycle's average. (It sat at 64-77 % of the limit for minutes.)
 func TestRampupLimiterThatCountsRefusals(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
 	res := runScope(t, cfg, countingServer(50, 10*time.Second), 10*ms, 16, 10*time.Minute)
 	assert.GreaterOrEqual(t, res.okRate(time.Minute, 2*time.Minute), 0.8*5, "second minute")
@@ -266,7 +266,7 @@ func TestRampupOutageThatWasARateLimit(t *testing.T) {
 // Interleaved 503s are a rate limit, not an outage: nginx's limit_req
 // answers 503 by default.
 func TestRampup503BetweenSuccessesIsARateLimit(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
 	srv := bucketServer(5, 1)
 	srv.status = 503
@@ -310,7 +310,7 @@ func TestRampupCapDefaultsToGlobalConcurrency(t *testing.T) {
 // probes come further apart so the steady state stays near the target
 // of one signal per window.
 func TestRampupSteadyProbesSpaceOut(t *testing.T) {
-	cfg := DefaultScopeConfig()
+	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
 	cfg.Rampup.MaxConcurrency = 128
 	res := runScope(t, cfg, bucketServer(20, 1), 2*time.Second, 128, 30*time.Minute)

@@ -10,7 +10,7 @@ import (
 
 // RobotsConfig configures how the manager fetches robots.txt, applies its
 // Crawl-delay and Request-rate, and (with Enforce) its Allow and Disallow
-// rules. The zero value has robots.txt handling off; DefaultRobotsConfig
+// rules. The zero value has robots.txt handling off; DefaultConfig().Robots
 // has it on. A manager reads its RobotsConfig once, at New.
 //
 // On the first request to an origin (scheme, host and port) through
@@ -66,7 +66,7 @@ import (
 // has an effect with HostScope and scopers that include the host.
 //
 // The zero RobotsConfig turns robots.txt handling off (Enabled false);
-// start from DefaultRobotsConfig to keep it on. A plain value, but copies
+// start from DefaultConfig().Robots to keep it on. A plain value, but copies
 // share the Client: don't change it while another goroutine reads it.
 type RobotsConfig struct {
 	// Enabled turns robots.txt handling on. Default true.
@@ -108,8 +108,8 @@ type RobotsConfig struct {
 	MaxBytes int64
 }
 
-// DefaultRobotsConfig returns the robots.txt defaults.
-func DefaultRobotsConfig() RobotsConfig {
+// defaultRobotsConfig returns the robots.txt defaults, DefaultConfig().Robots.
+func defaultRobotsConfig() RobotsConfig {
 	return RobotsConfig{Enabled: true, MaxDelay: time.Minute, TTL: 24 * time.Hour, FetchTimeout: 10 * time.Second, MaxOrigins: 100000, MaxBytes: 256 << 20}
 }
 

@@ -20,7 +20,7 @@ import (
 // every zero that means something stays what it says: Delay 0 (no
 // delay), Jitter{} (no jitter), SlotDelay 0, Quota 0, IgnoreRobotsTxt
 // false. To turn a sub-config off in an entry, start from its default:
-// b := DefaultBackoffConfig(); b.Enabled = false.
+// b := DefaultConfig().Default.Backoff; b.Enabled = false.
 func (s *ScopeConfig) completeFrom(def *ScopeConfig) {
 	if s.Concurrency == 0 {
 		s.Concurrency = def.Concurrency

@@ -29,7 +29,7 @@ func TestScopesLiteral(t *testing.T) {
 		cfg.Scopes = map[string]ScopeConfig{"example.com": {Delay: 200 * time.Millisecond, Concurrency: 2}}
 		m := newManager(t, cfg)
 		sc := configOf(t, m, "example.com")
-		def := DefaultScopeConfig()
+		def := defaultScopeConfig()
 		assert.Equal(t, 2, sc.Concurrency)
 		assert.Equal(t, 200*time.Millisecond, sc.Delay)
 		assert.Equal(t, def.Window, sc.Window, "from Default")
@@ -55,7 +55,7 @@ func TestScopesLiteral(t *testing.T) {
 // sub-config turned off on purpose stays off.
 func TestScopesExplicitZeroMeansZero(t *testing.T) {
 	cfg := DefaultConfig()
-	off := DefaultBackoffConfig()
+	off := defaultBackoffConfig()
 	off.Enabled = false
 	cfg.Scopes = map[string]ScopeConfig{
 		"a.example": {Concurrency: 3},
@@ -87,8 +87,8 @@ func TestScopesGlob(t *testing.T) {
 		"a.example.com":      2 * time.Second,
 		"v1.api.example.com": 3 * time.Second,
 		"www.example.com":    4 * time.Second,
-		"example.com":        DefaultScopeConfig().Delay, // "*." needs a label
-		"example.org":        DefaultScopeConfig().Delay,
+		"example.com":        defaultScopeConfig().Delay, // "*." needs a label
+		"example.org":        defaultScopeConfig().Delay,
 	} {
 		assert.Equal(t, want, configOf(t, m, key).Delay, key)
 	}
@@ -123,6 +123,6 @@ func TestSetScopeConfigLiteral(t *testing.T) {
 	require.NoError(t, m.SetScopeConfig("example.com", ScopeConfig{Delay: 100 * time.Millisecond}))
 	sc := configOf(t, m, "example.com")
 	assert.Equal(t, 100*time.Millisecond, sc.Delay)
-	assert.Equal(t, DefaultScopeConfig().Window, sc.Window)
+	assert.Equal(t, defaultScopeConfig().Window, sc.Window)
 	assert.True(t, sc.Backoff.Enabled)
 }

@@ -222,7 +222,7 @@ func (st *stressRun) config(r *rand.Rand) Config {
 	st.byKey = make(map[string]*stressScope)
 	st.recs = make(map[string][]*recScope)
 	for i := range stressKeys {
-		sc := DefaultScopeConfig()
+		sc := defaultScopeConfig()
 		sc.Concurrency = 1 + r.IntN(32)
 		sc.Delay = stressDuration(r, 2*time.Second)
 		sc.SlotDelay = stressDuration(r, 2*time.Second)

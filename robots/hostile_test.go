@@ -46,7 +46,7 @@ func TestHostileLinkFarmRobots(t *testing.T) {
 			len(b), line, rules, per, per/float64(rules))
 		worst = max(worst, per)
 	}
-	// The cache's defaults, DefaultRobotsConfig().MaxOrigins and MaxBytes
+	// The cache's defaults, DefaultConfig().Robots.MaxOrigins and MaxBytes
 	// in package throttle, which this package cannot import.
 	const origins, maxBytes = 100_000, 256 << 20
 	t.Logf("without a byte budget the robots.txt cache could reach %d origins (Robots.MaxOrigins) x %.1f MB = %.0f GB; "+

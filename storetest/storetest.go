@@ -82,7 +82,7 @@ type pair struct {
 
 // config is a scope with no jitter and no delays unless a test sets them.
 func config(f func(*throttle.ScopeConfig)) throttle.ScopeConfig {
-	sc := throttle.DefaultScopeConfig()
+	sc := throttle.DefaultConfig().Default
 	sc.Delay, sc.SlotDelay, sc.Jitter, sc.Backoff.Jitter = 0, 0, throttle.Jitter{}, throttle.Jitter{}
 	if f != nil {
 		f(&sc)

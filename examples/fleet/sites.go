@@ -47,9 +47,9 @@ func limitRate(host string) float64 {
 
 // scopeConfigs are the workers' throttle settings for the two sites.
 func scopeConfigs() map[string]throttle.ScopeConfig {
-	shop := throttle.DefaultScopeConfig()
+	shop := throttle.DefaultConfig().Default
 	shop.Concurrency, shop.Delay = shopConcurrency, shopDelay
-	api := throttle.DefaultScopeConfig()
+	api := throttle.DefaultConfig().Default
 	api.Concurrency, api.Delay = apiConc, apiDelay
 	api.Jitter = throttle.Jitter{Min: 0, Max: 0.1}
 	return map[string]throttle.ScopeConfig{shopHost: shop, apiHost: api}
