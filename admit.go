@@ -182,7 +182,7 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	switch {
 	case fromCtx:
 	case m.cfg.Scoper == nil:
-		h, err := RequestHost(req)
+		h, err := requestHost(req)
 		if err != nil {
 			return nil, err
 		}

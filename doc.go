@@ -25,13 +25,12 @@
 //
 // Every request is throttled by one or more scopes: string keys such as a
 // host, a registrable domain, an API endpoint or "credits". By default the
-// scope is the request URL's host without its port (HostScope,
-// NormalizeHost: a site's ports share its limits); HostPortScope keeps
-// each port apart. Config.Scoper replaces
-// the default for all requests (RegistrableDomainScope, AddScopes, and
-// package scopers' DomainHierarchy, IP, PathPrefix ...);
-// WithScopes and WithScopeCosts replace it for the requests of one
-// context. A request starts only when all its scopes admit it at the same
+// scope is the request URL's host without its port (HostScope: a site's
+// ports share its limits); HostPortScope keeps each port apart.
+// Config.Scoper replaces the default for all requests
+// (RegistrableDomainScope, AddScopes, and package scopers'
+// DomainHierarchy, IP, PathPrefix ...); WithScopes and WithScopeCosts
+// replace it for the requests of one context. A request starts only when all its scopes admit it at the same
 // instant, and holds nothing while it waits.
 //
 // # Rules

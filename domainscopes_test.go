@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
 func TestRegistrableDomain(t *testing.T) {
@@ -50,8 +52,8 @@ func TestRegistrableDomain(t *testing.T) {
 		{"a:b.com", "a:b.com"},
 	}
 	for _, tt := range tests {
-		if got := RegistrableDomain(tt.host); got != tt.want {
-			t.Errorf("RegistrableDomain(%q) = %q, want %q", tt.host, got, tt.want)
+		if got := scopekey.RegistrableDomain(tt.host); got != tt.want {
+			t.Errorf("scopekey.RegistrableDomain(%q) = %q, want %q", tt.host, got, tt.want)
 		}
 	}
 }
@@ -94,46 +96,46 @@ func FuzzNormalizeHost(f *testing.F) {
 		// however long the input (an IPv6 zone included).
 		if in != "" {
 			for _, long := range stretchHost(in) {
-				if got, err := NormalizeHost(long); err == nil && len(got) > maxHostLen {
-					t.Fatalf("NormalizeHost(%.80q... (%d bytes)) = %d bytes, more than %d", long, len(long), len(got), maxHostLen)
+				if got, err := normalizeHost(long); err == nil && len(got) > scopekey.MaxHostLen {
+					t.Fatalf("normalizeHost(%.80q... (%d bytes)) = %d bytes, more than %d", long, len(long), len(got), scopekey.MaxHostLen)
 				}
 			}
 		}
 	})
 }
 
-// stretchHost returns in repeated past NormalizeHost's input cap, and in
+// stretchHost returns in repeated past normalizeHost's input cap, and in
 // with its middle byte repeated as far (a long label, a long IPv6 zone).
 func stretchHost(in string) []string {
-	n := 4*maxHostLen/len(in) + 2
+	n := 4*scopekey.MaxHostLen/len(in) + 2
 	mid := len(in) / 2
-	return []string{strings.Repeat(in, n), in[:mid] + strings.Repeat(in[mid:mid+1], 4*maxHostLen+2) + in[mid:]}
+	return []string{strings.Repeat(in, n), in[:mid] + strings.Repeat(in[mid:mid+1], 4*scopekey.MaxHostLen+2) + in[mid:]}
 }
 
 func checkNormalizeHost(t *testing.T, in string) {
 	{
 		// None of these may panic, whatever the input.
-		_ = RegistrableDomain(in)
+		_ = scopekey.RegistrableDomain(in)
 
-		got, err := NormalizeHost(in)
+		got, err := normalizeHost(in)
 		if err != nil {
 			if !errors.Is(err, ErrNoHost) && !errors.Is(err, ErrInvalidHost) {
-				t.Fatalf("NormalizeHost(%q): unexpected error %v", in, err)
+				t.Fatalf("normalizeHost(%q): unexpected error %v", in, err)
 			}
 			return
 		}
-		if got == "" || len(got) > maxHostLen {
-			t.Fatalf("NormalizeHost(%q) = %q: empty or longer than %d bytes, no error", in, got, maxHostLen)
+		if got == "" || len(got) > scopekey.MaxHostLen {
+			t.Fatalf("normalizeHost(%q) = %q: empty or longer than %d bytes, no error", in, got, scopekey.MaxHostLen)
 		}
 		if got != strings.ToLower(got) {
-			t.Fatalf("NormalizeHost(%q) = %q, not lower-case", in, got)
+			t.Fatalf("normalizeHost(%q) = %q, not lower-case", in, got)
 		}
 		if strings.HasSuffix(got, ".") {
-			t.Fatalf("NormalizeHost(%q) = %q, trailing dot", in, got)
+			t.Fatalf("normalizeHost(%q) = %q, trailing dot", in, got)
 		}
-		again, err := NormalizeHost(got)
+		again, err := normalizeHost(got)
 		if err != nil || again != got {
-			t.Fatalf("NormalizeHost(%q) = %q, but NormalizeHost(%q) = %q, %v", in, got, got, again, err)
+			t.Fatalf("normalizeHost(%q) = %q, but normalizeHost(%q) = %q, %v", in, got, got, again, err)
 		}
 	}
 }
@@ -143,17 +145,17 @@ func checkNormalizeHost(t *testing.T, in string) {
 // length, so "[fe80::1%25" + 2000 letters + "]" used to give a 2010-byte
 // scope key (found by FuzzNormalizeHost).
 func TestNormalizeHostLongZone(t *testing.T) {
-	got, err := NormalizeHost("[fe80::1%25en0]:8080")
+	got, err := normalizeHost("[fe80::1%25en0]:8080")
 	if err != nil || got != "fe80::1%25en0" {
 		t.Errorf("short zone: %q, %v", got, err)
 	}
 	for _, in := range []string{
 		"[fe80::1%25" + strings.Repeat("a", 2000) + "]",
-		"fe80::1%" + strings.Repeat("a", maxHostLen),
+		"fe80::1%" + strings.Repeat("a", scopekey.MaxHostLen),
 		strings.Repeat("[fe80::1%25en0]", 70),
 	} {
-		if got, err := NormalizeHost(in); !errors.Is(err, ErrInvalidHost) {
-			t.Errorf("NormalizeHost(%d bytes) = %d bytes, %v; want ErrInvalidHost", len(in), len(got), err)
+		if got, err := normalizeHost(in); !errors.Is(err, ErrInvalidHost) {
+			t.Errorf("normalizeHost(%d bytes) = %d bytes, %v; want ErrInvalidHost", len(in), len(got), err)
 		}
 	}
 }

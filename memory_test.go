@@ -85,7 +85,7 @@ func TestMemoryMillionHosts(t *testing.T) {
 		cfg.Scopes = make(map[string]ScopeConfig, learned/2)
 		reqs := newHostRequests()
 		for i := range learned / 2 {
-			key, _ := RequestHost(reqs.to("auto", i))
+			key, _ := requestHost(reqs.to("auto", i))
 			cfg.Scopes[key] = auto
 		}
 		before := liveHeap()

@@ -242,7 +242,7 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 	if f.agent == "" {
 		f.agent = robots.ProductToken(req.UserAgent())
 	}
-	host, err := RequestHost(req)
+	host, err := requestHost(req)
 	f.host, f.hasHost = host, err == nil
 	// The fetch is a request of the host, not of the caller's context: it
 	// gets the Scoper's scopes, not those attached with WithScopes (a

@@ -5,20 +5,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 
-	"golang.org/x/net/idna"
+	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
 // MaxScopesPerRequest caps how many scopes one request may have. A Scoper or
 // WithScopes that gives more makes Acquire fail with ErrTooManyScopes.
 const MaxScopesPerRequest = 32
-
-// maxHostLen bounds a host name. DNS names are at most 253 octets; anything
-// longer cannot be fetched, so it is refused rather than kept as a scope key.
-const maxHostLen = 253
 
 // A Scope is one key a request is throttled by, with the request's cost in
 // it. The zero Scope is invalid: its empty Key makes Acquire fail with
@@ -39,10 +34,15 @@ type Scope struct {
 // may be called concurrently. Config.Scoper nil means HostScope.
 type Scoper func(req *http.Request) ([]Scope, error)
 
-// HostScope is the default Scoper: one scope, the request URL's host as
-// NormalizeHost gives it.
+// HostScope is the default Scoper: one scope, the request URL's host
+// normalised: lower-cased, IDNA to ASCII, no trailing dot, no port, IPv6
+// without brackets ("Bücher.example:8080" and "xn--bcher-kva.example."
+// both give "xn--bcher-kva.example"; scopers.NormalizeHost gives the same
+// key from a host). It returns ErrNilRequest for a nil request, ErrNoHost
+// for a URL without a host and an error wrapping ErrInvalidHost for a
+// host that is not a usable host name.
 func HostScope(req *http.Request) ([]Scope, error) {
-	h, err := RequestHost(req)
+	h, err := requestHost(req)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func HostScope(req *http.Request) ([]Scope, error) {
 }
 
 // HostPortScope is a Scoper of one scope per host and port: the host as
-// NormalizeHost gives it, a colon, and the URL's port, or its scheme's
+// HostScope gives it, a colon, and the URL's port, or its scheme's
 // default when it has none (80 for http and ws, 443 for https and wss; an
 // other scheme without a port gives the host alone). "https://a.example/"
 // and "https://a.example:443/" share "a.example:443"; "http://127.0.0.1:8081/"
@@ -62,7 +62,7 @@ func HostScope(req *http.Request) ([]Scope, error) {
 // default, drops the port: every port of a host shares its scope, as a
 // site's rate limit and robots.txt Crawl-delay usually count them together.
 func HostPortScope(req *http.Request) ([]Scope, error) {
-	h, err := RequestHost(req)
+	h, err := requestHost(req)
 	if err != nil {
 		return nil, err
 	}
@@ -86,112 +86,30 @@ func HostPortScope(req *http.Request) ([]Scope, error) {
 	return []Scope{{Key: net.JoinHostPort(h, port)}}, nil
 }
 
-// RequestHost returns the normalised host of req's URL (see NormalizeHost).
-func RequestHost(req *http.Request) (string, error) {
+// requestHost returns the scope key of req's URL's host, as HostScope
+// gives it.
+func requestHost(req *http.Request) (string, error) {
 	if req == nil {
 		return "", ErrNilRequest
 	}
 	if req.URL == nil {
 		return "", ErrNoHost
 	}
-	return NormalizeHost(req.URL.Host)
+	return normalizeHost(req.URL.Host)
 }
 
-// hostProfile maps and converts like idna.Lookup, but lets through the
-// underscores and other characters that real host names carry and that a
-// crawler still has to fetch (StrictDomainName off).
-var hostProfile = idna.New(idna.MapForLookup(), idna.StrictDomainName(false))
-
-// NormalizeHost turns a URL's host (with or without port, IPv6 in brackets or
-// not) into a scope key: lower-cased, IDNA to ASCII, no trailing dot, no
-// port, IPv6 without brackets. "Bücher.example:8080" and
-// "xn--bcher-kva.example." both give "xn--bcher-kva.example". It returns
-// ErrNoHost for an empty host and ErrInvalidHost for one that is not a
-// usable host name.
-func NormalizeHost(hostport string) (string, error) {
-	if plainHost(hostport) {
-		// The common case: one pass, no allocation. A plain host holds no
-		// ':' or '[', so there is no port or bracket to strip.
-		return hostport, nil
-	}
-	h := stripPort(hostport)
-	if h == "" {
+// normalizeHost turns a URL's host into a scope key (scopekey.Normalize),
+// or returns ErrNoHost or an error wrapping ErrInvalidHost.
+func normalizeHost(hostport string) (string, error) {
+	h, f := scopekey.Normalize(hostport)
+	switch f {
+	case scopekey.NoHost:
 		return "", ErrNoHost
-	}
-	if plainHost(h) {
-		return h, nil
-	}
-	if strings.IndexByte(h, ':') >= 0 { // IPv6 literal, possibly with a zone
-		// netip takes a zone of any length: without the length check a
-		// URL could make a scope key of any size (found by
-		// FuzzNormalizeHost; a real address with its zone is far shorter).
-		if len(h) > maxHostLen {
-			return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
-		}
-		ip, err := netip.ParseAddr(h)
-		if err != nil || strings.HasSuffix(h, ".") { // "::1%eth0." has a zone "eth0."
-			return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
-		}
-		return strings.ToLower(ip.String()), nil
-	}
-	h = strings.TrimSuffix(h, ".")
-	if h == "" || len(h) > 4*maxHostLen {
+	case scopekey.Invalid:
 		return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
 	}
-	a, err := hostProfile.ToASCII(h)
-	if err != nil {
-		// A label IDNA refuses (e.g. a stray symbol) still names one host;
-		// keep a stable, lower-cased key instead of refusing to crawl it.
-		a = strings.ToLower(h)
-		if b, err := hostProfile.ToASCII(a); err == nil {
-			a = b // IDNA takes the lower-cased form: use what it gives
-		}
-	}
-	a = strings.TrimSuffix(a, ".")
-	// IDNA maps fullwidth "．：［］" to ASCII; a result still ending in '.'
-	// ("a...") or holding ':', '[' or ']' would not read back as itself.
-	if a == "" || len(a) > maxHostLen || a[len(a)-1] == '.' || strings.ContainsAny(a, ":[]") {
-		return "", fmt.Errorf("%w: %.64q", ErrInvalidHost, hostport)
-	}
-	return a, nil
+	return h, nil
 }
-
-// stripPort removes a port and IPv6 brackets, like url.URL.Hostname.
-func stripPort(hostport string) string {
-	if strings.HasPrefix(hostport, "[") {
-		if i := strings.LastIndexByte(hostport, ']'); i > 0 {
-			return hostport[1:i]
-		}
-		return hostport[1:]
-	}
-	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && strings.IndexByte(hostport, ':') == i {
-		return hostport[:i]
-	}
-	return hostport
-}
-
-// plainHost reports whether h is already a normalised ASCII host name.
-func plainHost(h string) bool {
-	if len(h) == 0 || len(h) > maxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		if !hostByte[h[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// hostByte marks the bytes of a normalised ASCII host name: a table lookup
-// a byte where the five range tests cost several times that (plainHost
-// runs on every request).
-var hostByte = func() (t [256]bool) {
-	for c := range t {
-		t[c] = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_'
-	}
-	return t
-}()
 
 type scopesKey struct{}
 

@@ -366,7 +366,7 @@ func TestToscrapeHierarchy(t *testing.T) {
 		set("books.toscrape.com", 24)
 		set("quotes.toscrape.com", 16)
 		cfg.Scoper = func(req *http.Request) ([]Scope, error) {
-			h, err := RequestHost(req)
+			h, err := requestHost(req)
 			if err != nil {
 				return nil, err
 			}

@@ -8,8 +8,8 @@ import (
 )
 
 // DomainLevels returns the registrable domain of host (see
-// throttle.RegistrableDomain) followed by every subdomain level under it
-// down to host itself, broadest first, without duplicates:
+// RegistrableDomain) followed by every subdomain level under it down to
+// host itself, broadest first, without duplicates:
 //
 //	"a.b.example.co.uk"  -> ["example.co.uk", "b.example.co.uk", "a.b.example.co.uk"]
 //	"example.co.uk"      -> ["example.co.uk"]
@@ -21,10 +21,9 @@ import (
 // The result has at most throttle.MaxScopesPerRequest (32) entries: for a
 // host with more levels than that, the registrable domain and the deepest
 // MaxScopesPerRequest-1 levels (host included) are kept and the levels in
-// between are dropped. host must be normalised as for
-// throttle.RegistrableDomain.
+// between are dropped. host must be normalised as for RegistrableDomain.
 func DomainLevels(host string) []string {
-	rd := throttle.RegistrableDomain(host)
+	rd := RegistrableDomain(host)
 	if rd == host || len(host) <= len(rd)+1 || !strings.HasSuffix(host, rd) || host[len(host)-len(rd)-1] != '.' {
 		return []string{host}
 	}
@@ -58,10 +57,10 @@ func DomainLevels(host string) []string {
 // "b.example.co.uk" and "a.b.example.co.uk" (Cost 0, which counts as 1),
 // so a limit on "example.co.uk" covers all its subdomains while each
 // subdomain can have its own. It gives at most throttle.MaxScopesPerRequest
-// (32) scopes, and returns throttle.RequestHost's error for a nil request
-// or one without a usable host.
+// (32) scopes, and returns RequestHost's error for a nil request or one
+// without a usable host.
 func DomainHierarchy(req *http.Request) ([]throttle.Scope, error) {
-	h, err := throttle.RequestHost(req)
+	h, err := RequestHost(req)
 	if err != nil {
 		return nil, err
 	}

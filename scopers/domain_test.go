@@ -108,11 +108,11 @@ func FuzzDomainLevels(f *testing.F) {
 		if h := DomainLevels(in); len(h) == 0 || len(h) > throttle.MaxScopesPerRequest {
 			t.Fatalf("DomainLevels(%q) = %q", in, h)
 		}
-		got, err := throttle.NormalizeHost(in)
+		got, err := NormalizeHost(in)
 		if err != nil {
 			return
 		}
-		rd := throttle.RegistrableDomain(got)
+		rd := RegistrableDomain(got)
 		h := DomainLevels(got)
 		if h[0] != rd || h[len(h)-1] != got {
 			t.Fatalf("DomainLevels(%q) = %q, registrable domain %q", got, h, rd)

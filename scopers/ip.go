@@ -113,7 +113,7 @@ func (s *IP) SetClock(now func() time.Time) {
 }
 
 // Scope is a throttle.Scoper giving one scope: the IP address of the
-// request's host (throttle.RequestHost), in netip.Addr.String form with
+// request's host (RequestHost), in netip.Addr.String form with
 // IPv4-mapped IPv6 addresses unmapped ("192.0.2.1", "2001:db8::1").
 //
 // A host that is an IP literal is its own address and is not resolved.
@@ -125,11 +125,11 @@ func (s *IP) SetClock(now func() time.Time) {
 // context ends while it waits gets the context's error, and the lookup
 // goes on for the others (and the cache).
 //
-// It returns throttle.RequestHost's error for a nil request or one without
-// a usable host, and for a failed lookup an error wrapping the resolver's:
+// It returns RequestHost's error for a nil request or one without a
+// usable host, and for a failed lookup an error wrapping the resolver's:
 // `throttle: resolve "host": ...`.
 func (s *IP) Scope(req *http.Request) ([]throttle.Scope, error) {
-	h, err := throttle.RequestHost(req)
+	h, err := RequestHost(req)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,12 @@
 //
 //	cfg.Scoper = throttle.AddScopes(throttle.HostScope, scopers.PathPrefix("/search"))
 //
-// The package uses only throttle's public API.
+// For a Scoper of your own, NormalizeHost, RequestHost and
+// RegistrableDomain give the keys throttle.HostScope and
+// throttle.RegistrableDomainScope give, so that scopes named by host meet.
+//
+// The package uses throttle's public API, and the host normalisation
+// throttle's default Scopers use (so the two agree on every key).
 package scopers
 
 import (
@@ -37,7 +42,7 @@ import (
 //
 // The parameter's first value is parsed with url.Parse and must be an
 // absolute URL with a host ("https://host/..." or "//host/..."); the host is
-// normalised by throttle.NormalizeHost. If the parameter is absent, the
+// normalised by NormalizeHost. If the parameter is absent, the
 // function returns no scopes and no error (so on its own it is not a valid
 // Config.Scoper). If it is present but empty, not a URL, or has no host (a
 // scheme-less "books.toscrape.com/" included), the error wraps
@@ -63,7 +68,7 @@ func QueryParamHost(param string) throttle.Scoper {
 		if err != nil {
 			return nil, fmt.Errorf("throttle: query parameter %q: %w: %w", param, throttle.ErrInvalidHost, err)
 		}
-		h, err := throttle.NormalizeHost(u.Host)
+		h, err := NormalizeHost(u.Host)
 		if err != nil {
 			return nil, fmt.Errorf("throttle: query parameter %q: %w", param, err)
 		}
@@ -86,9 +91,8 @@ func QueryParamHost(param string) throttle.Scoper {
 // leading "/" added ("search/" is "/search"); "" and "/" match every path
 // (scope "host/"). Matching is case-sensitive and the path is not cleaned.
 // When no prefix matches, the function returns no scopes and no error (so
-// on its own it is not a valid Config.Scoper). It returns
-// throttle.RequestHost's error for a nil request or one without a usable
-// host.
+// on its own it is not a valid Config.Scoper). It returns RequestHost's
+// error for a nil request or one without a usable host.
 func PathPrefix(prefixes ...string) throttle.Scoper {
 	ps := make([]string, 0, len(prefixes))
 	seen := make(map[string]bool, len(prefixes))
@@ -102,7 +106,7 @@ func PathPrefix(prefixes ...string) throttle.Scoper {
 	// Longest first, so the first match is the longest one.
 	sort.SliceStable(ps, func(i, j int) bool { return len(ps[i]) > len(ps[j]) })
 	return func(req *http.Request) ([]throttle.Scope, error) {
-		h, err := throttle.RequestHost(req)
+		h, err := RequestHost(req)
 		if err != nil {
 			return nil, err
 		}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/scopers"
 )
 
 // site is one simulated host and the site (registrable domain) it belongs
@@ -222,7 +223,7 @@ func printTables(out io.Writer, res result) {
 	fmt.Fprintln(tw, "host\tscope (registrable domain)\trequests\tpeak in flight")
 	for _, s := range sites {
 		st := res.Hosts[s.host]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", s.host, throttle.RegistrableDomain(s.host), st.Requests, st.Peak)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", s.host, scopers.RegistrableDomain(s.host), st.Requests, st.Peak)
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
