@@ -220,7 +220,7 @@ func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) er
 	switch {
 	case len(scopes) == 0:
 		return ErrNoScope
-	case len(scopes) > MaxScopesPerRequest:
+	case len(scopes) > maxScopesPerRequest:
 		return ErrTooManyScopes
 	}
 	for _, sc := range scopes {

@@ -57,7 +57,8 @@ type BackoffConfig struct {
 	// Enabled turns backoff on. Default true.
 	Enabled bool
 	// Statuses are the response statuses that are backoff signals.
-	// Default DefaultBackoffStatuses.
+	// Default 429, 502, 503, 504 and Cloudflare's 520-524; nil means none
+	// (a FeedbackFunc's Feedback.Backoff and overload errors still are).
 	Statuses []int
 	// Factor multiplies the delay at each signal. Default 2. Must be >= 1.
 	Factor float64
@@ -85,7 +86,7 @@ type BackoffConfig struct {
 func defaultBackoffConfig() BackoffConfig {
 	return BackoffConfig{
 		Enabled:           true,
-		Statuses:          slices.Clone(DefaultBackoffStatuses),
+		Statuses:          slices.Clone(defaultBackoffStatuses),
 		Factor:            2,
 		MinDelay:          time.Second,
 		MaxDelay:          300 * time.Second,
@@ -178,7 +179,7 @@ func (b *backoff) configure(cfg *ScopeConfig) {
 // isSignal is the backoff-signal test, the one place it is made: fb is a
 // signal for the scope key when it applies to it and either says so
 // (Feedback.Backoff: a transport error that shows overload, see
-// IsBackoffError, or a FeedbackFunc's verdict) or has one of the scope's
+// isBackoffError, or a FeedbackFunc's verdict) or has one of the scope's
 // Backoff.Statuses.
 func (b *backoff) isSignal(cfg *ScopeConfig, key string, fb *Feedback) bool {
 	return fb.appliesTo(key) && (fb.Backoff || b.isSignalStatus(cfg, fb.Status))

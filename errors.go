@@ -18,7 +18,7 @@ var (
 	ErrInvalidHost   = errors.New("throttle: invalid host")
 	ErrNoScope       = errors.New("throttle: request has no scope")
 	ErrEmptyScopeKey = errors.New("throttle: empty scope key")
-	ErrTooManyScopes = fmt.Errorf("throttle: more than %d scopes for one request", MaxScopesPerRequest)
+	ErrTooManyScopes = fmt.Errorf("throttle: more than %d scopes for one request", maxScopesPerRequest)
 	ErrNegativeCost  = errors.New("throttle: negative scope cost")
 )
 

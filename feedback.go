@@ -101,18 +101,22 @@ func (fb *Feedback) appliesTo(scope string) bool {
 // e.g. to read an X-Upstream-Status header set by a scraping API.
 type FeedbackFunc func(now time.Time, resp *http.Response, err error) Feedback
 
-// DefaultBackoffStatuses are the statuses that are backoff signals unless a
+// defaultBackoffStatuses are the statuses that are backoff signals unless a
 // scope's Backoff.Statuses says otherwise: 429, 502, 503, 504 and
 // Cloudflare's 520-524.
-var DefaultBackoffStatuses = []int{429, 502, 503, 504, 520, 521, 522, 523, 524}
+var defaultBackoffStatuses = []int{429, 502, 503, 504, 520, 521, 522, 523, 524}
 
 // DefaultFeedback is the FeedbackFunc used when Config.Feedback is nil.
 //
 // A response's status is reported; whether it is a backoff signal is decided
-// per scope against that scope's Backoff.Statuses (DefaultBackoffStatuses
-// unless configured), so DefaultFeedback sets Backoff only for transport
-// errors for which IsBackoffError is true. Server-given waits come from
-// ratelimit.Parse on the response's headers.
+// per scope against that scope's Backoff.Statuses (429, 502, 503, 504 and
+// 520-524 unless configured), so DefaultFeedback sets Backoff (and Timeout)
+// only for a transport error that shows an overloaded server: a timeout
+// (net.Error.Timeout, the client's deadline), a refused or reset
+// connection, or an unexpected EOF; not a request the caller cancelled
+// (context.Canceled). Server-given waits come from ratelimit.Parse on the
+// response's headers. DefaultFeedback(now, nil, err).Backoff tells whether
+// err is such an error.
 func DefaultFeedback(now time.Time, resp *http.Response, err error) Feedback {
 	var fb Feedback
 	defaultFeedback(&fb, now, resp, err)
@@ -129,17 +133,17 @@ func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error
 		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate = w.Duration, w.Present, w.Exhausted, w.Rate
 		return
 	}
-	if err != nil && IsBackoffError(err) {
+	if err != nil && isBackoffError(err) {
 		fb.Backoff = true
 		fb.Timeout = true
 	}
 }
 
-// IsBackoffError reports whether a transport error shows an overloaded
+// isBackoffError reports whether a transport error shows an overloaded
 // server: a timeout (net.Error.Timeout, the client's deadline), a refused or
 // reset connection, or an unexpected EOF. A request the caller cancelled
 // (context.Canceled) is not the server's fault and is not a signal.
-func IsBackoffError(err error) bool {
+func isBackoffError(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}

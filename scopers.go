@@ -14,8 +14,8 @@ import "net/http"
 // either. Scopes with the same Key are merged: the first occurrence is kept
 // with its Cost, later ones are dropped, so base's cost wins over extra's.
 // The result is a new slice (neither function's slice is modified or kept).
-// It returns ErrTooManyScopes if more than MaxScopesPerRequest (32) distinct
-// scopes remain, and ErrNoScope if there are none at all.
+// It returns ErrTooManyScopes if more than 32 distinct scopes remain (a
+// request has at most 32), and ErrNoScope if there are none at all.
 func AddScopes(base Scoper, extra func(req *http.Request) ([]Scope, error)) Scoper {
 	if base == nil {
 		base = HostScope
@@ -34,7 +34,7 @@ func AddScopes(base Scoper, extra func(req *http.Request) ([]Scope, error)) Scop
 				return nil, err
 			}
 		}
-		out := make([]Scope, 0, min(len(b)+len(e), MaxScopesPerRequest))
+		out := make([]Scope, 0, min(len(b)+len(e), maxScopesPerRequest))
 		if out, err = mergeScopes(out, b); err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ func AddScopes(base Scoper, extra func(req *http.Request) ([]Scope, error)) Scop
 }
 
 // mergeScopes appends to out the scopes of add whose Key is not in out yet.
-// out never grows beyond MaxScopesPerRequest, so the linear search is cheap.
+// out never grows beyond maxScopesPerRequest, so the linear search is cheap.
 func mergeScopes(out, add []Scope) ([]Scope, error) {
 next:
 	for _, s := range add {
@@ -58,7 +58,7 @@ next:
 				continue next
 			}
 		}
-		if len(out) == MaxScopesPerRequest {
+		if len(out) == maxScopesPerRequest {
 			return nil, ErrTooManyScopes
 		}
 		out = append(out, s)

@@ -68,12 +68,12 @@ func TestAddScopes(t *testing.T) {
 	}
 
 	// The cap counts distinct keys.
-	many := make([]Scope, MaxScopesPerRequest-1)
+	many := make([]Scope, maxScopesPerRequest-1)
 	for i := range many {
 		many[i] = Scope{Key: "k" + strconv.Itoa(i)}
 	}
 	got, err = AddScopes(HostScope, fixed(append(many, many...)...))(req)
-	if err != nil || len(got) != MaxScopesPerRequest {
+	if err != nil || len(got) != maxScopesPerRequest {
 		t.Errorf("at the cap: %d scopes, %v", len(got), err)
 	}
 	if _, err = AddScopes(HostScope, fixed(append(many, Scope{Key: "one-more"})...))(req); !errors.Is(err, ErrTooManyScopes) {

@@ -11,9 +11,10 @@ import (
 	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
-// MaxScopesPerRequest caps how many scopes one request may have. A Scoper or
-// WithScopes that gives more makes Acquire fail with ErrTooManyScopes.
-const MaxScopesPerRequest = 32
+// maxScopesPerRequest caps how many scopes one request may have (32). A
+// Scoper or WithScopes that gives more makes Acquire fail with
+// ErrTooManyScopes.
+const maxScopesPerRequest = scopekey.MaxPerRequest
 
 // A Scope is one key a request is throttled by, with the request's cost in
 // it. The zero Scope is invalid: its empty Key makes Acquire fail with

@@ -638,13 +638,13 @@ func TestAcquireErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrEmptyScopeKey)
 	_, err = m.Acquire(WithScopeCosts(ctx, Scope{Key: "a", Cost: -1}), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrNegativeCost)
-	keys := make([]string, MaxScopesPerRequest+1)
+	keys := make([]string, maxScopesPerRequest+1)
 	for i := range keys {
 		keys[i] = fmt.Sprint("s", i)
 	}
 	_, err = m.Acquire(WithScopes(ctx, keys...), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrTooManyScopes)
-	p, err := m.Acquire(WithScopes(ctx, keys[:MaxScopesPerRequest]...), get(t, "http://a/"))
+	p, err := m.Acquire(WithScopes(ctx, keys[:maxScopesPerRequest]...), get(t, "http://a/"))
 	require.NoError(t, err, "exactly the cap is fine")
 	p.Release(nil, nil)
 

@@ -153,7 +153,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 		// The body broke off: a reset or a timeout is the server's doing.
 		fb := b.fb
 		fb.Err = err
-		if IsBackoffError(err) {
+		if isBackoffError(err) {
 			fb.Backoff, fb.Timeout = true, true
 		}
 		b.p.doneAt(b.p.m.clock.Now(), fb, false)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
 // DomainLevels returns the registrable domain of host (see
@@ -18,10 +19,10 @@ import (
 // A host with no registrable domain (IP literal, "localhost", a bare public
 // suffix, ...) gives just [host]; the empty string gives [""].
 //
-// The result has at most throttle.MaxScopesPerRequest (32) entries: for a
-// host with more levels than that, the registrable domain and the deepest
-// MaxScopesPerRequest-1 levels (host included) are kept and the levels in
-// between are dropped. host must be normalised as for RegistrableDomain.
+// The result has at most 32 entries, the most scopes a request may have:
+// for a host with more levels than that, the registrable domain and the
+// deepest 31 levels (host included) are kept and the levels in between
+// are dropped. host must be normalised as for RegistrableDomain.
 func DomainLevels(host string) []string {
 	rd := RegistrableDomain(host)
 	if rd == host || len(host) <= len(rd)+1 || !strings.HasSuffix(host, rd) || host[len(host)-len(rd)-1] != '.' {
@@ -32,8 +33,8 @@ func DomainLevels(host string) []string {
 	prefix := host[:len(host)-len(rd)-1] // "a.b" for "a.b.example.co.uk"
 	levels := strings.Count(prefix, ".") + 1
 	n := levels + 1
-	if n > throttle.MaxScopesPerRequest {
-		n = throttle.MaxScopesPerRequest
+	if n > scopekey.MaxPerRequest {
+		n = scopekey.MaxPerRequest
 	}
 	out := make([]string, n)
 	out[0] = rd
@@ -56,9 +57,8 @@ func DomainLevels(host string) []string {
 // to "a.b.example.co.uk" is in the scopes "example.co.uk",
 // "b.example.co.uk" and "a.b.example.co.uk" (Cost 0, which counts as 1),
 // so a limit on "example.co.uk" covers all its subdomains while each
-// subdomain can have its own. It gives at most throttle.MaxScopesPerRequest
-// (32) scopes, and returns RequestHost's error for a nil request or one
-// without a usable host.
+// subdomain can have its own. It gives at most 32 scopes, and returns
+// RequestHost's error for a nil request or one without a usable host.
 func DomainHierarchy(req *http.Request) ([]throttle.Scope, error) {
 	h, err := RequestHost(req)
 	if err != nil {

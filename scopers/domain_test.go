@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
 func TestDomainLevels(t *testing.T) {
@@ -48,8 +49,8 @@ func TestDomainLevelsCap(t *testing.T) {
 	}
 	host := strings.Join(labels, ".") + ".example.com"
 	got := DomainLevels(host)
-	if len(got) != throttle.MaxScopesPerRequest {
-		t.Fatalf("len = %d, want %d: %q", len(got), throttle.MaxScopesPerRequest, got)
+	if len(got) != scopekey.MaxPerRequest {
+		t.Fatalf("len = %d, want %d: %q", len(got), scopekey.MaxPerRequest, got)
 	}
 	if got[0] != "example.com" {
 		t.Errorf("got[0] = %q, want example.com", got[0])
@@ -105,7 +106,7 @@ func FuzzDomainLevels(f *testing.F) {
 		if len(in) > 4<<10 {
 			in = in[:4<<10] // bounded work per input
 		}
-		if h := DomainLevels(in); len(h) == 0 || len(h) > throttle.MaxScopesPerRequest {
+		if h := DomainLevels(in); len(h) == 0 || len(h) > scopekey.MaxPerRequest {
 			t.Fatalf("DomainLevels(%q) = %q", in, h)
 		}
 		got, err := NormalizeHost(in)

@@ -212,6 +212,9 @@ func (a *scraperAPI) snapshot() result {
 	return res
 }
 
+// backoffStatuses are the statuses that are backoff signals by default.
+var backoffStatuses = throttle.DefaultConfig().Default.Backoff.Statuses
+
 // upstreamFeedback reports the target site's rate limiting, read from
 // X-Upstream-Status, as a backoff signal for the target's scope only.
 func upstreamFeedback(now time.Time, resp *http.Response, err error) throttle.Feedback {
@@ -220,7 +223,7 @@ func upstreamFeedback(now time.Time, resp *http.Response, err error) throttle.Fe
 		return fb
 	}
 	up, convErr := strconv.Atoi(resp.Header.Get("X-Upstream-Status"))
-	if convErr != nil || !slices.Contains(throttle.DefaultBackoffStatuses, up) {
+	if convErr != nil || !slices.Contains(backoffStatuses, up) {
 		return fb
 	}
 	site, err := scopers.QueryParamHost("url")(resp.Request)

@@ -2,7 +2,8 @@
 // package scopers, which must agree on them: a scope named by one is the
 // scope the other names for the same host. Each of them wraps these
 // functions to return its own errors (throttle.ErrNoHost,
-// throttle.ErrInvalidHost).
+// throttle.ErrInvalidHost). It also holds the cap on scopes per request,
+// which scopers.DomainLevels keeps to.
 package scopekey
 
 import (
@@ -12,6 +13,10 @@ import (
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
 )
+
+// MaxPerRequest caps how many scopes one request may have: throttle's
+// Acquire refuses more with ErrTooManyScopes.
+const MaxPerRequest = 32
 
 // MaxHostLen bounds a host name. DNS names are at most 253 octets; anything
 // longer cannot be fetched, so it is refused rather than kept as a scope key.

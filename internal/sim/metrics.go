@@ -130,8 +130,11 @@ func (r *recorder) add(host string, now time.Time, status int, raw, known bool) 
 
 func (r *recorder) end(id int, now time.Time) { r.reqs[id].end = now.Sub(r.t0) }
 
+// backoffStatuses are the statuses that are backoff signals by default.
+var backoffStatuses = throttle.DefaultConfig().Default.Backoff.Statuses
+
 func isSignal(status int16) bool {
-	return slices.Contains(throttle.DefaultBackoffStatuses, int(status))
+	return slices.Contains(backoffStatuses, int(status))
 }
 
 func isOK(status int16) bool { return status >= 200 && status < 300 }
