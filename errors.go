@@ -1,5 +1,5 @@
-// This file holds the package's exported errors: the error variables and
-// the error types, with their methods.
+// This file holds the package's exported errors: the error variables, in
+// one block, and the error types, with their methods.
 
 package throttle
 
@@ -11,8 +11,15 @@ import (
 	"time"
 )
 
-// Errors returned by scopers and by Acquire for requests that cannot be scoped.
+// The package's errors, each the kind of a failure: test for one with
+// errors.Is, since most come wrapped or inside an error type that holds
+// the details (errors.As).
 var (
+	// Errors of scopers, and of Acquire, TryAcquire and the Transport
+	// for a request that cannot be scoped: a nil request, a URL without
+	// a host or with an unusable one, a Scoper that gave no scope, a
+	// scope with an empty key, more than 32 scopes for one request, a
+	// negative Scope.Cost.
 	ErrNilRequest    = errors.New("throttle: nil request")
 	ErrNoHost        = errors.New("throttle: request URL has no host")
 	ErrInvalidHost   = errors.New("throttle: invalid host")
@@ -20,10 +27,26 @@ var (
 	ErrEmptyScopeKey = errors.New("throttle: empty scope key")
 	ErrTooManyScopes = fmt.Errorf("throttle: more than %d scopes for one request", maxScopesPerRequest)
 	ErrNegativeCost  = errors.New("throttle: negative scope cost")
-)
 
-// ErrInvalidConfig is wrapped by every *ConfigError.
-var ErrInvalidConfig = errors.New("throttle: invalid config")
+	// ErrInvalidConfig is wrapped by every *ConfigError.
+	ErrInvalidConfig = errors.New("throttle: invalid config")
+
+	// ErrTooManyWaiting is matched (errors.Is) by *TooManyWaitingError.
+	ErrTooManyWaiting = errors.New("throttle: too many callers waiting")
+
+	// ErrScopeRefusing is matched (errors.Is) by *RefusingError.
+	ErrScopeRefusing = errors.New("throttle: scope refuses")
+
+	// ErrDisallowed is matched (errors.Is) by *DisallowedError.
+	ErrDisallowed = errors.New("throttle: disallowed by robots.txt")
+
+	// ErrHeldTooLong is the error of the feedback a permit is released
+	// with when Config.MaxHold reclaims it.
+	ErrHeldTooLong = errors.New("throttle: permit held longer than MaxHold, reclaimed")
+
+	// ErrImport is wrapped by every error Import returns about its input.
+	ErrImport = errors.New("throttle: cannot import learned state")
+)
 
 // A ConfigError names the configuration field that is invalid and why. The
 // zero value names no field; it still matches ErrInvalidConfig. A plain
@@ -73,9 +96,6 @@ func (e *WaitError) Error() string {
 // Unwrap returns the context's error.
 func (e *WaitError) Unwrap() error { return e.Err }
 
-// ErrTooManyWaiting is matched (errors.Is) by *TooManyWaitingError.
-var ErrTooManyWaiting = errors.New("throttle: too many callers waiting")
-
 // TooManyWaitingError is returned by Acquire at once when Config.MaxWaiting
 // callers already wait: the caller may drop the request or try later,
 // instead of queueing without bound. Acquire never returns one with Limit 0
@@ -93,9 +113,6 @@ func (e *TooManyWaitingError) Error() string {
 
 // Is reports whether target is ErrTooManyWaiting.
 func (e *TooManyWaitingError) Is(target error) bool { return target == ErrTooManyWaiting }
-
-// ErrScopeRefusing is matched (errors.Is) by *RefusingError.
-var ErrScopeRefusing = errors.New("throttle: scope refuses")
 
 // RefusingError is returned by Acquire and TryAcquire at once when a scope
 // of the request has answered nothing but backoff signals for longer than
@@ -163,9 +180,6 @@ func (p *ScopeManagerPanic) Error() string {
 	return fmt.Sprintf("throttle: the ScopeManager of scope %q panicked in %s: %v", p.Scope, p.Method, p.Value)
 }
 
-// ErrDisallowed is matched (errors.Is) by *DisallowedError.
-var ErrDisallowed = errors.New("throttle: disallowed by robots.txt")
-
 // DisallowedError is returned by Acquire and the Transport under
 // RobotsConfig.Enforce for a URL that its origin's robots.txt disallows
 // for the user agent, or whose origin's robots.txt could not be fetched
@@ -221,10 +235,3 @@ func (e *DisallowedError) Error() string {
 
 // Is reports whether target is ErrDisallowed.
 func (e *DisallowedError) Is(target error) bool { return target == ErrDisallowed }
-
-// ErrHeldTooLong is the error of the feedback a permit is released with
-// when Config.MaxHold reclaims it.
-var ErrHeldTooLong = errors.New("throttle: permit held longer than MaxHold, reclaimed")
-
-// ErrImport is wrapped by every error Import returns about its input.
-var ErrImport = errors.New("throttle: cannot import learned state")
