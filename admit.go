@@ -20,8 +20,9 @@ import (
 //
 // It returns an error wrapping ctx.Err() when ctx ends first, and a
 // *WaitError wrapping context.DeadlineExceeded at once when ctx's deadline
-// falls before the earliest possible start. A caller that stops waiting
-// consumes nothing and holds no slot.
+// falls before the earliest possible start (or ErrScopeRefusing, see
+// Config.MaxRefusal). A caller that stops waiting consumes nothing and
+// holds no slot.
 func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
 	return m.acquire(ctx, req, time.Time{}, nil)
 }

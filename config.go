@@ -94,8 +94,8 @@ type Config struct {
 	Hooks Hooks
 
 	// MaxWaiting caps the callers blocked in Acquire at once: beyond it
-	// Acquire fails at once with a *TooManyWaitingError. Zero means no
-	// cap. Default 0.
+	// Acquire fails at once with an error wrapping ErrTooManyWaiting.
+	// Zero means no cap. Default 0.
 	MaxWaiting int
 	// MaxHold, when not zero, reclaims a permit held longer than this (a
 	// response body that never ends, a caller that forgot Release): its
@@ -106,8 +106,8 @@ type Config struct {
 	// MaxRefusal, when not zero, gives up on scopes that refuse: once a
 	// scope has answered nothing but backoff signals for longer than
 	// this, a request that would wait for it fails at once with a
-	// *RefusingError naming the scope and when it may be worth trying
-	// again. Default 0 (off).
+	// *WaitError whose Err is ErrScopeRefusing, naming the scope and when
+	// it may be worth trying again. Default 0 (off).
 	MaxRefusal time.Duration
 
 	// Robots configures robots.txt fetching and its Crawl-delay. On by

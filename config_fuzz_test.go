@@ -298,7 +298,7 @@ func FuzzConfigValidate(f *testing.F) {
 				for {
 					now := time.Now()
 					p, adm, err = m.TryAcquire(req)
-					if re := (*RefusingError)(nil); errors.As(err, &re) {
+					if errors.Is(err, ErrScopeRefusing) {
 						return // MaxRefusal gave up on the scope after the signals
 					}
 					if err != nil {

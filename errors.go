@@ -31,10 +31,20 @@ var (
 	// ErrInvalidConfig is wrapped by every *ConfigError.
 	ErrInvalidConfig = errors.New("throttle: invalid config")
 
-	// ErrTooManyWaiting is matched (errors.Is) by *TooManyWaitingError.
+	// ErrTooManyWaiting is wrapped by the error Acquire returns at once
+	// when Config.MaxWaiting callers already wait, e.g. "throttle: too
+	// many callers waiting (Config.MaxWaiting 100)": the caller may drop
+	// the request or try later, instead of queueing without bound. It
+	// comes without an error type: the only detail, the limit, is the
+	// caller's own Config.MaxWaiting.
 	ErrTooManyWaiting = errors.New("throttle: too many callers waiting")
 
-	// ErrScopeRefusing is matched (errors.Is) by *RefusingError.
+	// ErrScopeRefusing is the Err of the *WaitError that Acquire and
+	// TryAcquire return at once when a scope of the request has answered
+	// nothing but backoff signals for longer than Config.MaxRefusal and
+	// the request would have to wait: WaitError.Scope names the scope,
+	// ReadyAt says when the request could start, RefusingSince since
+	// when the scope refuses.
 	ErrScopeRefusing = errors.New("throttle: scope refuses")
 
 	// ErrDisallowed is matched (errors.Is) by *DisallowedError.
@@ -64,22 +74,48 @@ func (e *ConfigError) Error() string { return "throttle: " + e.Field + ": " + e.
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
-// WaitError is returned by Acquire when a caller stops waiting: its
-// context ended, or its deadline falls before the earliest possible start.
-// It wraps the context's error (context.DeadlineExceeded for a deadline
-// that cannot be met). The manager never makes one with a nil Err; Error
-// panics on a zero WaitError. A plain value: copy it freely, but don't
-// change it while another goroutine reads it.
+// WaitError is returned by Acquire when a request does not start because
+// waiting for it ended or would be in vain; Err, which it wraps, says
+// which:
+//
+//   - the context's error: the caller's context ended while it waited;
+//   - context.DeadlineExceeded, at once: the context's deadline falls
+//     before the earliest possible start;
+//   - ErrScopeRefusing, at once (from TryAcquire too): Scope has answered
+//     nothing but backoff signals since RefusingSince, for longer than
+//     Config.MaxRefusal. A crawler can drop the request or reschedule it
+//     for ReadyAt instead of parking a worker for hours; the scope's own
+//     probes still go through when their time comes, so it is noticed
+//     when the site answers again.
+//
+// One type serves the three, as they tell the same things: which scope
+// held the request back and when it could start; errors.Is on the error
+// tells them apart. A caller that stops waiting consumes nothing and
+// holds no slot.
+//
+// The manager never makes one with a nil Err; Error panics on a zero
+// WaitError. A plain value: copy it freely, but don't change it while
+// another goroutine reads it.
 type WaitError struct {
 	Scope   string    // the scope that held the request back, if known
-	Reason  Reason    // why it waited
+	Reason  Reason    // why it waited, if known
 	ReadyAt time.Time // the earliest start, if known
-	Err     error
+	// RefusingSince is, with ErrScopeRefusing, the first backoff signal
+	// of Scope since it last answered otherwise; zero otherwise.
+	RefusingSince time.Time
+	Err           error
 }
 
 // Error says which scope held the request back, why, and when it could
-// have started.
+// have started; for a refusing scope, since when it refuses.
 func (e *WaitError) Error() string {
+	if e.Err == ErrScopeRefusing {
+		msg := "throttle: scope " + strconv.Quote(e.Scope) + " has answered only backoff signals since " + e.RefusingSince.Format(time.RFC3339)
+		if !e.ReadyAt.IsZero() {
+			msg += "; worth trying again at " + e.ReadyAt.Format(time.RFC3339)
+		}
+		return msg
+	}
 	msg := "throttle: stopped waiting"
 	if e.Scope != "" {
 		msg += " for scope " + strconv.Quote(e.Scope)
@@ -93,54 +129,8 @@ func (e *WaitError) Error() string {
 	return msg + ": " + e.Err.Error()
 }
 
-// Unwrap returns the context's error.
+// Unwrap returns Err.
 func (e *WaitError) Unwrap() error { return e.Err }
-
-// TooManyWaitingError is returned by Acquire at once when Config.MaxWaiting
-// callers already wait: the caller may drop the request or try later,
-// instead of queueing without bound. Acquire never returns one with Limit 0
-// (MaxWaiting 0 means no cap); a zero value still matches
-// ErrTooManyWaiting. A plain value: copy it freely, but don't change it
-// while another goroutine reads it.
-type TooManyWaitingError struct {
-	Limit int
-}
-
-// Error says how many may wait.
-func (e *TooManyWaitingError) Error() string {
-	return "throttle: " + strconv.Itoa(e.Limit) + " callers already wait (Config.MaxWaiting)"
-}
-
-// Is reports whether target is ErrTooManyWaiting.
-func (e *TooManyWaitingError) Is(target error) bool { return target == ErrTooManyWaiting }
-
-// RefusingError is returned by Acquire and TryAcquire at once when a scope
-// of the request has answered nothing but backoff signals for longer than
-// Config.MaxRefusal and the request would have to wait: a crawler can
-// drop or reschedule the request instead of parking a worker for hours.
-// The scope's own probes still go through when their time comes, so it is
-// noticed when the site answers again.
-//
-// The zero value names no scope; it still matches ErrScopeRefusing. A plain
-// value: copy it freely, but don't change it while another goroutine reads
-// it.
-type RefusingError struct {
-	Scope   string    // the refusing scope
-	Since   time.Time // its first signal since it last answered otherwise
-	RetryAt time.Time // when the request could start, if known
-}
-
-// Error names the scope, since when it refuses and when to try again.
-func (e *RefusingError) Error() string {
-	msg := "throttle: scope " + strconv.Quote(e.Scope) + " has answered only backoff signals since " + e.Since.Format(time.RFC3339)
-	if !e.RetryAt.IsZero() {
-		msg += "; worth trying again at " + e.RetryAt.Format(time.RFC3339)
-	}
-	return msg
-}
-
-// Is reports whether target is ErrScopeRefusing.
-func (e *RefusingError) Is(target error) bool { return target == ErrScopeRefusing }
 
 // ErrStoreUnavailable is matched (errors.Is) by every *StoreError.
 var ErrStoreUnavailable = errors.New("throttle: store unavailable")
@@ -167,8 +157,10 @@ func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailabl
 // ScopeManagerPanic is what Acquire, Release and SetScopeConfig panic with
 // when a custom ScopeManager panicked: the scope, the method and the value,
 // raised again after the manager released its locks and the request's
-// slots. The zero value names no scope, method or value. A plain value:
-// copy it freely, but don't change it while another goroutine reads it.
+// slots. It is a panic value, not an error any call returns, and a type
+// of its own so that a recover still gets the ScopeManager's own Value.
+// The zero value names no scope, method or value. A plain value: copy it
+// freely, but don't change it while another goroutine reads it.
 type ScopeManagerPanic struct {
 	Scope  string
 	Method string
@@ -186,7 +178,9 @@ func (p *ScopeManagerPanic) Error() string {
 // (Unreachable). It is returned before the request is sent, holding no
 // slot; through an http.Client it comes wrapped in a *url.Error, which
 // errors.Is and errors.As see through. Dropping the URL is the answer to
-// a Disallow; an Unreachable origin is worth trying again at RetryAt.
+// a Disallow; an Unreachable origin is worth trying again at RetryAt. It
+// is a type of its own, not a WaitError: no scope held the request back,
+// robots.txt refused its URL, and its fields say which rules refused it.
 //
 // The manager makes it and never changes it after returning it, so any
 // goroutine may read it (URL is the request's, shared: read it only). The

@@ -1,11 +1,12 @@
 package throttle
 
 import (
+	"fmt"
 	"time"
 )
 
-// refusing returns a *RefusingError if a scope of hs has refused for
-// longer than Config.MaxRefusal; adm is the request's refusal.
+// refusing returns a *WaitError with ErrScopeRefusing if a scope of hs has
+// refused for longer than Config.MaxRefusal; adm is the request's refusal.
 func (m *ThrottlingManager) refusing(hs []held, now time.Time, adm Admission) error {
 	if m.cfg.MaxRefusal <= 0 {
 		return nil
@@ -16,7 +17,7 @@ func (m *ThrottlingManager) refusing(hs []held, now time.Time, adm Admission) er
 		since := s.counts.refusing
 		s.mu.Unlock()
 		if since != 0 && time.Duration(now.UnixNano()-since) > m.cfg.MaxRefusal {
-			return &RefusingError{Scope: s.key, Since: time.Unix(0, since), RetryAt: adm.At}
+			return &WaitError{Scope: s.key, ReadyAt: adm.At, RefusingSince: time.Unix(0, since), Err: ErrScopeRefusing}
 		}
 	}
 	return nil
@@ -29,7 +30,7 @@ func (m *ThrottlingManager) countWaiting() error {
 	n := m.waiting.Add(1)
 	if limit := m.cfg.MaxWaiting; limit > 0 && n > int64(limit) {
 		m.waiting.Add(-1)
-		return &TooManyWaitingError{Limit: limit}
+		return fmt.Errorf("%w (Config.MaxWaiting %d)", ErrTooManyWaiting, limit)
 	}
 	if m.cfg.DelayedWarnThreshold > 0 && n >= int64(m.cfg.DelayedWarnThreshold) && !m.warned.Swap(true) {
 		defer func() {

@@ -104,10 +104,8 @@ func TestMaxWaiting(t *testing.T) {
 		}
 		synctest.Wait()
 		_, err = m.Acquire(ctx, get(t, "http://a.test/"))
-		var tw *TooManyWaitingError
-		require.ErrorAs(t, err, &tw)
 		require.ErrorIs(t, err, ErrTooManyWaiting)
-		require.Equal(t, 2, tw.Limit)
+		require.Contains(t, err.Error(), "Config.MaxWaiting 2")
 		cancel()
 		wg.Wait()
 		p.Release(nil, nil)
@@ -127,15 +125,15 @@ func TestMaxRefusal(t *testing.T) {
 		for time.Since(time.Time{}) > 0 {
 			p, err := m.Acquire(ctx, req)
 			if err != nil {
-				var re *RefusingError
+				var re *WaitError
 				require.ErrorAs(t, err, &re)
 				require.ErrorIs(t, err, ErrScopeRefusing)
 				require.Equal(t, "down.test", re.Scope)
-				require.False(t, re.RetryAt.IsZero())
+				require.False(t, re.ReadyAt.IsZero())
 				require.Contains(t, err.Error(), `"down.test"`)
-				require.GreaterOrEqual(t, time.Since(re.Since), 5*time.Minute)
-				// Waiting until RetryAt, the probe is admitted.
-				time.Sleep(time.Until(re.RetryAt))
+				require.GreaterOrEqual(t, time.Since(re.RefusingSince), 5*time.Minute)
+				// Waiting until ReadyAt, the probe is admitted.
+				time.Sleep(time.Until(re.ReadyAt))
 				p, err = m.Acquire(ctx, req)
 				require.NoError(t, err)
 				p.Release(&http.Response{StatusCode: 200}, nil)
