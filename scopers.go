@@ -66,13 +66,15 @@ next:
 	return out, nil
 }
 
-// WithScope returns a Scoper that adds the fixed scope key (Cost 0, which
-// counts as 1) to base's scopes for every request, e.g. WithScope(HostScope,
-// "api") to cap all requests together as well as per host. base nil means
-// HostScope. It is AddScopes with a constant extra scope, so a key equal to
-// one of base's scopes is not duplicated. An empty key makes every call fail
-// with ErrEmptyScopeKey.
-func WithScope(base Scoper, key string) Scoper {
+// AddScopeKey returns a Scoper that adds the fixed scope key (Cost 0, which
+// counts as 1) to base's scopes for every request, e.g.
+// AddScopeKey(HostScope, "api") to cap all requests together as well as
+// per host. base nil means HostScope. It is AddScopes with a constant extra
+// scope, so a key equal to one of base's scopes is not duplicated. An empty
+// key makes every call fail with ErrEmptyScopeKey. (WithScopes, by
+// contrast, returns a context: it replaces the Scoper for one context's
+// requests.)
+func AddScopeKey(base Scoper, key string) Scoper {
 	return AddScopes(base, func(*http.Request) ([]Scope, error) {
 		if key == "" {
 			return nil, ErrEmptyScopeKey

@@ -81,24 +81,24 @@ func TestAddScopes(t *testing.T) {
 	}
 }
 
-func TestWithScope(t *testing.T) {
+func TestAddScopeKey(t *testing.T) {
 	req := httptest.NewRequest("GET", "http://example.com/", nil)
-	got, err := WithScope(nil, "api")(req)
+	got, err := AddScopeKey(nil, "api")(req)
 	if err != nil || !reflect.DeepEqual(keys(got), []string{"example.com", "api"}) {
 		t.Errorf("got %v, %v", got, err)
 	}
-	got, err = WithScope(WithScope(RegistrableDomainScope, "api"), "global")(httptest.NewRequest("GET", "http://www.example.com/", nil))
+	got, err = AddScopeKey(AddScopeKey(RegistrableDomainScope, "api"), "global")(httptest.NewRequest("GET", "http://www.example.com/", nil))
 	if err != nil || !reflect.DeepEqual(keys(got), []string{"example.com", "api", "global"}) {
 		t.Errorf("nested: %v, %v", got, err)
 	}
-	got, err = WithScope(nil, "example.com")(req)
+	got, err = AddScopeKey(nil, "example.com")(req)
 	if err != nil || !reflect.DeepEqual(keys(got), []string{"example.com"}) {
 		t.Errorf("duplicate key: %v, %v", got, err)
 	}
-	if _, err = WithScope(nil, "")(req); !errors.Is(err, ErrEmptyScopeKey) {
+	if _, err = AddScopeKey(nil, "")(req); !errors.Is(err, ErrEmptyScopeKey) {
 		t.Errorf("empty key: %v", err)
 	}
-	if _, err = WithScope(nil, "api")(nil); !errors.Is(err, ErrNilRequest) {
+	if _, err = AddScopeKey(nil, "api")(nil); !errors.Is(err, ErrNilRequest) {
 		t.Errorf("nil request: %v", err)
 	}
 }

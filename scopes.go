@@ -119,7 +119,9 @@ type noScopes struct{}
 
 // WithScopes returns a context whose requests are throttled by exactly the
 // given scope keys (cost 1 each) instead of what the Scoper says. The scopes
-// persist across the redirect hops of a request made with this context.
+// persist across the redirect hops of a request made with this context. To
+// add a key to every request's scopes instead, set Config.Scoper to
+// AddScopeKey.
 func WithScopes(ctx context.Context, keys ...string) context.Context {
 	s := make([]Scope, len(keys))
 	for i, k := range keys {
@@ -128,7 +130,8 @@ func WithScopes(ctx context.Context, keys ...string) context.Context {
 	return context.WithValue(ctx, scopesKey{}, s)
 }
 
-// WithScopeCosts is WithScopes with a cost per scope.
+// WithScopeCosts is WithScopes with a cost per scope. The two stay apart so
+// that the common call names keys only: WithScopes(ctx, "api").
 func WithScopeCosts(ctx context.Context, scopes ...Scope) context.Context {
 	return context.WithValue(ctx, scopesKey{}, append([]Scope(nil), scopes...))
 }

@@ -213,7 +213,7 @@ func TestAwkwardHosts(t *testing.T) {
 		check("RegistrableDomainScope", throttle.RegistrableDomainScope, []string{tt.regDomain})
 		check("DomainHierarchy", DomainHierarchy, tt.hierarchy)
 		check("QueryParamHost", throttle.AddScopes(throttle.HostScope, QueryParamHost("url")), []string{tt.norm})
-		check("WithScope", throttle.WithScope(throttle.RegistrableDomainScope, "api"), []string{tt.regDomain, "api"})
+		check("AddScopeKey", throttle.AddScopeKey(throttle.RegistrableDomainScope, "api"), []string{tt.regDomain, "api"})
 		check("PathPrefix", throttle.AddScopes(nil, PathPrefix("/search")), []string{tt.norm, tt.norm + "/search"})
 		check("IP", ips.Scope, []string{tt.ip})
 		if tt.ip == tt.norm { // an IP literal is its own address: merged
@@ -234,7 +234,7 @@ func TestAwkwardHosts(t *testing.T) {
 		"RegistrableDomainScope": throttle.RegistrableDomainScope,
 		"DomainHierarchy":        DomainHierarchy,
 		"QueryParamHost":         throttle.AddScopes(nil, QueryParamHost("url")),
-		"WithScope":              throttle.WithScope(nil, "api"),
+		"AddScopeKey":            throttle.AddScopeKey(nil, "api"),
 		"PathPrefix":             throttle.AddScopes(nil, PathPrefix("/")),
 		"PathPrefix alone":       throttle.Scoper(PathPrefix("/")),
 		"IP":                     ips.Scope,
