@@ -26,7 +26,8 @@ type answer struct {
 	// between its successes).
 	signal, rateLimited bool
 	// spent says it is a success whose headers say the scope's quota is
-	// spent (X-RateLimit-Remaining: 0 and the like).
+	// spent (X-RateLimit-Remaining: 0 and the like), and that the scope
+	// believes them (see spentQuota).
 	spent bool
 	// gated says it gates the scope with a server-given wait, gate long.
 	gated bool
@@ -53,8 +54,16 @@ func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSig
 		signal: signal, stated: fb.StatedRate, globalCap: s.globalCap, conc: s.concurrency()}
 	a.delay, _ = s.delay()
 	a.rateLimited = fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
-	a.spent = !signal && fb.Exhausted && fb.appliesTo(s.key)
-	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb); ok {
+	switch {
+	case !fb.appliesTo(s.key):
+	case !signal && fb.Exhausted && fb.HasWait:
+		a.spent = s.quota.spent(now, t.Start, now.Add(fb.Wait), fb.Status)
+	case !signal && fb.Exhausted:
+		a.spent = s.quota.kind != quotaSliding // no reset to test it against
+	default:
+		s.quota.other(t.Start, fb.Status)
+	}
+	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb, a.spent); ok {
 		a.gated, a.gate = true, gate.Sub(now)
 	}
 	return a

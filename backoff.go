@@ -193,11 +193,12 @@ func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 
 // gateFor returns the server gate fb sets on the scope key at now, if
 // any: a server-given wait (Retry-After, a RateLimit reset) that comes
-// with a backoff signal or says the quota is spent, capped at MaxDelay.
-// The gate holds every start of the scope until it passes, on top of
-// whatever the signal does to the delay.
-func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback) (time.Time, bool) {
-	if fb.HasWait && fb.appliesTo(key) && (fb.Exhausted || b.isSignal(cfg, key, fb)) {
+// with a backoff signal, or with a success that says the quota is spent
+// (spent: fb.Exhausted, unless the scope learned that its quota slides,
+// see spentQuota), capped at MaxDelay. The gate holds every start of the
+// scope until it passes, on top of whatever the signal does to the delay.
+func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback, spent bool) (time.Time, bool) {
+	if fb.HasWait && fb.appliesTo(key) && (spent || b.isSignal(cfg, key, fb)) {
 		return now.Add(min(fb.Wait, cfg.Backoff.MaxDelay)), true
 	}
 	return time.Time{}, false

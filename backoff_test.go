@@ -278,8 +278,10 @@ func TestServerGates(t *testing.T) {
 	assert.Equal(t, p.now.Add(30*time.Second), a.At)
 	assert.Equal(t, 2*time.Second, p.delay())
 
-	// A 200 saying the quota is spent: gate without a step.
+	// A 200 saying the quota is spent, of a quota known to be of fixed
+	// windows (spentQuota): gate without a step.
 	q := newPolicy(t, cfg)
+	q.s.quota.kind = quotaFixed
 	q.request(0, Feedback{Status: 200, Wait: 10 * time.Second, HasWait: true, Exhausted: true})
 	assert.Equal(t, q.now.Add(10*time.Second), q.s.Admit(q.now, 1).At)
 	assert.Equal(t, time.Second, q.delay(), "proactive: no backoff step")
@@ -395,7 +397,8 @@ func TestDelayCombination(t *testing.T) {
 	assert.Equal(t, ReasonBackoff, why)
 
 	// A gate is a separate clock: it holds the start even when the delay
-	// has passed.
+	// has passed (a spent quota known to be of fixed windows gates).
+	p.s.quota.kind = quotaFixed
 	p.request(0, Feedback{Status: 200, Wait: 2 * time.Minute, HasWait: true, Exhausted: true})
 	a := p.s.Admit(p.now.Add(10*time.Second), 1)
 	assert.Equal(t, ReasonGate, a.Reason)

@@ -53,7 +53,12 @@ type Feedback struct {
 	Wait    time.Duration
 	HasWait bool
 	// Exhausted says the headers report the quota spent (remaining 0) on a
-	// response that is not a backoff signal: gate until Wait, proactively.
+	// response that is not a backoff signal. The default ScopeManager
+	// tests the first such answer of a scope (the next request goes at
+	// its pace): refused, the quota is of fixed windows, and every later
+	// spent answer gates the scope until Wait, so the 429 never comes;
+	// admitted, the quota slides (go-chi/httprate) and "0 remaining" is
+	// no refusal: the scope is not gated for it.
 	Exhausted bool
 
 	// StatedRate is the request rate the server states it allows, in

@@ -161,7 +161,10 @@ func TestHostileRetryAfter(t *testing.T) {
 		{name: "year 0", header: []string{"Retry-After", "Sat, 01 Jan 0000 00:00:00 GMT"}},
 		{name: "RateLimit t 15 digits", header: []string{"RateLimit", `"d";r=0;t=999999999999999`}, gated: true},
 		{name: "RateLimit t 16 digits", header: []string{"RateLimit", `"d";r=0;t=9999999999999999`}},
-		{name: "X-RateLimit-Reset 20 digits, 200", header: []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strings.Repeat("9", 20)}, status: 200, gated: true},
+		// A first spent answer is tested, not believed (spentQuota): no
+		// gate yet; TestSpentQuotaHostileReset caps the gate once the
+		// quota is known to be of fixed windows.
+		{name: "X-RateLimit-Reset 20 digits, 200", header: []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strings.Repeat("9", 20)}, status: 200},
 		{name: "X-RateLimit-Reset 1e400, 200", header: []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1e400"}, status: 200},
 	}
 	synctest.Test(t, func(t *testing.T) {

@@ -278,15 +278,14 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *S
 	s.tick(now)
 	if first {
 		out.QuotaFloor = -1
-		if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb); ok {
-			out.Gate = gate
-		}
 		if s.cfg.Quota > 0 {
 			out.QuotaWindow = s.cfg.Window
 			out.QuotaDelta, out.QuotaFloor = quotaCorrection(s.key, s.cfg.Quota, &t, fb)
 		}
 	}
-	s.learn(now, t, fb)
+	if gate, ok := s.learn(now, t, fb); ok && first {
+		out.Gate = gate
+	}
 	st := s.exportLearned()
 	d, _ := s.delay()
 	c := s.concurrency()

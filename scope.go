@@ -183,6 +183,7 @@ type defaultScope struct {
 	robots  time.Duration // robots.txt delay (0: none)
 	auto    autoThrottle
 	backoff backoff
+	quota   spentQuota
 	rampup  *rampup // nil while rampup is off: most scopes never use it
 
 	shared *sharedRecord // with a Store: the learned state it holds; nil without
@@ -438,14 +439,17 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 // With rampup on, rampup takes the rate signals (429s, and 5xx that come
 // between successes) and backoff what is not a rate limit: transport
 // timeouts and outages. Without it, backoff takes every signal.
-func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
+//
+// It returns the server gate it set, if any.
+func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.Time, gated bool) {
 	a := s.answerFor(now, &t, fb, s.lastSignal)
 	s.lastSignal = a.signal
 	if a.gated {
-		s.setGate(now.Add(a.gate))
+		gate, gated = now.Add(a.gate), true
+		s.setGate(gate)
 	}
 	if fb.NoAdjust {
-		return
+		return gate, gated
 	}
 	old := a.delay
 	// moved: a part that refresh combines may have changed. A plain
@@ -482,6 +486,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) {
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", a.signal)
 	}
+	return gate, gated
 }
 
 func (s *defaultScope) setGate(t time.Time) { s.adm.setGate(t) }

@@ -1,0 +1,90 @@
+package throttle
+
+import "time"
+
+// spentQuota learns whether a server's quota, reported spent on a success
+// (X-RateLimit-Remaining: 0, RateLimit r=0), is empty until the reset it
+// names or slides.
+//
+// A quota of fixed windows (GitHub's per hour, most APIs' per minute) is
+// empty until its reset: the scope is gated until then. A sliding window
+// (go-chi/httprate's counter, a quota in any trailing minute) frees what
+// the last window took gradually: a client near its limit is told "0
+// remaining" on most successes, while its next request would still be
+// admitted. Gated until each reset, such a client loses up to a window per
+// spent answer (55 % of httprate's limit in the field suite), and the
+// gate itself, by emptying the window, hides what the server is.
+//
+// So the first spent answer is tested rather than believed: it gates the
+// scope for its own pace only (the next request starts when it would
+// have), and the answer to a request started after it, before its reset,
+// tells: a success says the quota slides, a refusal (429, with the
+// server's Retry-After) that it is fixed. From then on a spent answer of a
+// fixed quota gates the scope until its reset and counts as a rate signal
+// for rampup; one of a sliding quota does neither, and the server's
+// refusals still do. The test costs a fixed quota one refusal, once.
+type spentQuota struct {
+	kind  quotaKind
+	probe time.Time // pending test: the spent answer's time; zero: none
+	reset time.Time // and the reset it named
+}
+
+type quotaKind uint8
+
+const (
+	quotaUnknown quotaKind = iota
+	quotaFixed             // empty until its reset
+	quotaSliding           // frees gradually: "0 remaining" is no refusal
+)
+
+// spent learns from an answer with status, no backoff signal, to a
+// request started at started, at now, that says the quota is spent until
+// reset, and reports whether it gates the scope until reset (and counts
+// as a rate signal).
+func (q *spentQuota) spent(now, started, reset time.Time, status int) bool {
+	if q.kind == quotaUnknown && q.pending(started) {
+		q.learn(status)
+	}
+	switch q.kind {
+	case quotaFixed:
+		return true
+	case quotaSliding:
+		return false
+	}
+	q.probe, q.reset = now, reset
+	return false
+}
+
+// learn ends the pending test with the status of the request that made
+// it: a 2xx was admitted after a spent answer, anything else refused (a
+// 429, or GitHub's 403 for a spent quota).
+func (q *spentQuota) learn(status int) {
+	q.probe = time.Time{}
+	if status >= 200 && status < 300 {
+		q.kind = quotaSliding
+	} else {
+		q.kind = quotaFixed
+	}
+}
+
+// other learns from an answer with status that does not say the quota is
+// spent (or is a backoff signal); a transport error (status 0) tells
+// nothing.
+func (q *spentQuota) other(started time.Time, status int) {
+	if status != 0 && q.kind == quotaUnknown && q.pending(started) {
+		q.learn(status)
+	}
+}
+
+// pending reports whether a request started at started tests a pending
+// spent answer: it started after that answer came and before its reset.
+func (q *spentQuota) pending(started time.Time) bool {
+	if q.probe.IsZero() {
+		return false
+	}
+	if !started.Before(q.reset) {
+		q.probe = time.Time{} // nothing was sent in time: test the next one
+		return false
+	}
+	return !started.Before(q.probe)
+}
