@@ -65,8 +65,12 @@ import (
 // HAProxy's stick tables, stays shut while the search knocks): it is
 // judged, and climbed from, in windows of one cycle; and a later cycle
 // never settles below a rate that a quiet steady window of a cycle or
-// more proved. A success whose headers say the quota is
-// spent is a rate signal too.
+// more proved. A success whose headers say the quota is spent is a rate
+// signal too, when the quota is of fixed windows (a sliding one says "0
+// remaining" at every success near its limit; see Feedback.Exhausted).
+// A server that states its limit and refuses just below it steps the
+// rate down by 5 % a window of refusals, not to the pace its
+// Retry-After gates left.
 //
 // Signals: 429, and 503 and the other backoff statuses, count alike when
 // they come interleaved with successes: many servers, nginx's limit_req
@@ -377,9 +381,9 @@ const (
 
 // onAnswer learns from one answer at now (nothing from a transport
 // error: rampup steers a rate, and a timeout says nothing of it). A
-// success whose headers say the quota is spent counts as a rate signal,
-// which came before the 429 (go-chi/httprate's X-RateLimit-Remaining: 0):
-// rampup aims at few of them too; it is never an outage, as a 429 is not.
+// success whose headers say the quota is spent (of fixed windows, see
+// spentQuota) counts as a rate signal, which came before the 429: rampup
+// aims at few of them too; it is never an outage, as a 429 is not.
 func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVerdict {
 	if r == nil || ans.status == 0 {
 		return rampupLeft

@@ -192,6 +192,11 @@ func (r *rampup) endWindow(now time.Time, cfg *ScopeConfig, globalCap int) {
 			r.good = r.rate * (1 - rampupStepDown)
 			r.proven = 0 // the limit fell
 			switch {
+			case r.stated > 0:
+				// The server states its limit, and refuses just below
+				// it (go-chi/httprate rounds its sliding count): a step
+				// down, not the pace its waits left, which a Retry-After
+				// of its whole window after each refusal makes low.
 			case r.winGated && secs >= rampupMinWindow.Seconds()/2:
 				// The server's own waits (a Retry-After after each
 				// refusal) paced the window: what it accepted over the

@@ -604,3 +604,34 @@ func TestRampupFailedSteadyProbeDips(t *testing.T) {
 	assert.Equal(t, 10.0, p.rate(), "a spent quota's success: back to the good rate, no dip")
 	assert.False(t, r.dip)
 }
+
+// TestRampupStatedRateStepsDown: a server that states 10 req/s and
+// refuses at 9.8 with Retry-After: 1 (go-chi/httprate rounds its sliding
+// count, and asks for its whole window after each refusal) gets a step
+// down of 5 %, not the pace its gates left (7.3 req/s in internal/sim's
+// cold-10per1s-httprate before this rule, 80 % of what it admits); a
+// server that states nothing still gets that pace.
+func TestRampupStatedRateStepsDown(t *testing.T) {
+	for _, stated := range []float64{10, 0} {
+		p := newPolicy(t, rampConfig())
+		p.answer(p.now.Add(-10*ms), Feedback{Status: 200, StatedRate: 10})
+		r := p.settledAt(9.8)
+		r.stated = stated
+		rate := 9.8
+		gap := time.Duration(float64(time.Second) / rate)
+		for i := 1; p.s.rampup.rate == 9.8 && i < 1000; i++ {
+			p.now = p.now.Add(gap)
+			if i%20 == 0 {
+				p.answer(p.now.Add(-ms), Feedback{Status: 429, Wait: time.Second, HasWait: true})
+				p.now = p.now.Add(time.Second) // the gate
+				continue
+			}
+			p.answer(p.now.Add(-ms), ok)
+		}
+		if stated > 0 {
+			assert.InDelta(t, 9.8*0.95, p.rate(), 1e-9, "stated: a 5 %% step")
+		} else {
+			assert.Less(t, p.rate(), 9.8*0.85, "not stated: the pace the gates left")
+		}
+	}
+}
