@@ -130,7 +130,11 @@ func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
 }
 
 func (p *throttlePolicy) Done(_ time.Time, tk any, r Response) {
-	resp := &http.Response{StatusCode: r.Status, Header: http.Header{}, Body: http.NoBody, ContentLength: 0}
+	h := r.Header
+	if h == nil {
+		h = http.Header{}
+	}
+	resp := &http.Response{StatusCode: r.Status, Header: h, Body: http.NoBody, ContentLength: 0}
 	if r.RetryAfter > 0 {
 		resp.Header.Set("Retry-After", strconv.Itoa(int(r.RetryAfter/time.Second)))
 	}

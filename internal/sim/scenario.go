@@ -367,6 +367,9 @@ const (
 	// requests too (SlidingWindowServer with CountRefused), as HAProxy's
 	// stick table on http_req_rate does.
 	ColdCounting
+	// ColdCounter is go-chi/httprate's sliding-window counter with its
+	// X-RateLimit-* headers (CounterServer).
+	ColdCounter
 )
 
 // Cold family defaults: a run's length, and the start of its measured
@@ -429,6 +432,7 @@ func ColdCases() []ColdCase {
 	}
 	cs = append(cs, ColdCase{Kind: ColdBucket, Limit: 5, Burst: 0, Latency: 50 * time.Millisecond, Status: 503, References: true})
 	cs = append(cs, ColdCase{Kind: ColdCounting, Quota: 50, Window: 10 * time.Second, Latency: time.Millisecond})
+	cs = append(cs, ColdCase{Kind: ColdCounter, Quota: 10, Window: time.Second, Latency: time.Millisecond})
 	for _, ra := range []bool{false, true} {
 		for _, k := range []ColdKind{ColdFixed, ColdSliding} {
 			if ra && k == ColdSliding {
@@ -471,6 +475,8 @@ func (c ColdCase) Name() string {
 			kind = "sliding"
 		case ColdCounting:
 			kind = "counting"
+		case ColdCounter:
+			kind = "httprate"
 		}
 		n = fmt.Sprintf("cold-%d%s-%s", c.Quota, per, kind)
 	}
@@ -559,6 +565,8 @@ func ColdScenario(c ColdCase, d time.Duration) Scenario {
 		limit = fmt.Sprintf("quota %d in any trailing %v (sliding window)", c.Quota, c.Window)
 	case ColdCounting:
 		limit = fmt.Sprintf("%d requests in any trailing %v, refused ones counted (HAProxy's http_req_rate)", c.Quota, c.Window)
+	case ColdCounter:
+		limit = fmt.Sprintf("go-chi/httprate's sliding counter, %d per %v, X-RateLimit-* headers", c.Quota, c.Window)
 	}
 	ra := "no Retry-After"
 	if c.RetryAfter {
@@ -585,6 +593,8 @@ func ColdScenario(c ColdCase, d time.Duration) Scenario {
 			switch c.Kind {
 			case ColdFixed:
 				return &FixedWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency}
+			case ColdCounter:
+				return &CounterServer{Quota: c.Quota, Window: c.Window, Latency: c.Latency}
 			case ColdSliding, ColdCounting:
 				return &SlidingWindowServer{Quota: c.Quota, Window: c.Window, Status: c.Status, RetryAfter: c.RetryAfter, Latency: c.Latency,
 					CountRefused: c.Kind == ColdCounting}

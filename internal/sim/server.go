@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -15,6 +17,9 @@ type Response struct {
 	RetryAfter time.Duration
 	// Latency is how long after its arrival the response is delivered.
 	Latency time.Duration
+	// Header holds the response's other headers (X-RateLimit-*); nil
+	// means none.
+	Header http.Header
 }
 
 // A Server answers requests from a model. Handle is called once per
@@ -335,4 +340,63 @@ type PlainServer struct {
 // Handle implements Server.
 func (s *PlainServer) Handle(time.Time, string) Response {
 	return Response{Status: 200, Latency: s.Latency}
+}
+
+// CounterServer is go-chi/httprate's limiter (v0.16, LocalCounter): a
+// sliding-window counter of Quota requests per Window. Windows are aligned
+// to the Window since the Unix epoch; the count at t is the previous
+// window's accepted requests, weighted by the share of it still inside
+// the trailing Window, plus the current window's. A request is refused
+// (429, Retry-After: Window) when that count rounded to a whole number
+// leaves no room for it; every answer carries X-RateLimit-Limit,
+// X-RateLimit-Remaining (what is left after it) and X-RateLimit-Reset (the
+// current window's end, Unix seconds). So a client at 8.5-9.5 req/s of a
+// 10 per 1 s limit is told "0 remaining" on its successes, and the most
+// it can get is about 9.5 req/s. Every answer takes Latency.
+type CounterServer struct {
+	Quota   int
+	Window  time.Duration
+	Latency time.Duration
+
+	counts map[string]*counterWindows
+}
+
+// counterWindows is one host's counts: the current window's start and
+// its count, and the previous window's count.
+type counterWindows struct {
+	start      time.Time
+	curr, prev int
+}
+
+// Handle implements Server.
+func (s *CounterServer) Handle(now time.Time, host string) Response {
+	if s.counts == nil {
+		s.counts = make(map[string]*counterWindows)
+	}
+	w := s.counts[host]
+	if w == nil {
+		w = &counterWindows{}
+		s.counts[host] = w
+	}
+	cur := now.Truncate(s.Window)
+	if !cur.Equal(w.start) {
+		if cur.Equal(w.start.Add(s.Window)) {
+			w.prev = w.curr
+		} else {
+			w.prev = 0
+		}
+		w.start, w.curr = cur, 0
+	}
+	diff := now.Sub(cur)
+	rate := int(math.Round(float64(w.prev)*float64(s.Window-diff)/float64(s.Window) + float64(w.curr)))
+	h := http.Header{}
+	h.Set("X-RateLimit-Limit", strconv.Itoa(s.Quota))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(cur.Add(s.Window).Unix(), 10))
+	if rate+1 > s.Quota {
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(s.Quota-rate))
+		return Response{Status: http.StatusTooManyRequests, RetryAfter: s.Window.Truncate(time.Second), Latency: s.Latency, Header: h}
+	}
+	w.curr++
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(s.Quota-rate-1))
+	return Response{Status: http.StatusOK, Latency: s.Latency, Header: h}
 }
