@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
 // learnedState is what the default policy of a scope has learned: its
@@ -254,7 +256,7 @@ func (s *defaultScope) sharedLimits(now time.Time, sc *StoreScope) {
 		// As gap does locally: backoff's narrower jitter never brings a
 		// start closer than the scope's own Delay*(1+Jitter.Min).
 		own, _ := s.ownDelay()
-		sc.Jitter = max(sc.Jitter, float64(scaleDuration(own, 1+s.cfg.Jitter.Min))/float64(sc.Delay))
+		sc.Jitter = max(sc.Jitter, float64(admission.ScaleDuration(own, 1+s.cfg.Jitter.Min))/float64(sc.Delay))
 	}
 	sc.SlotDelay = s.cfg.SlotDelay
 	if s.cfg.Quota > 0 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
 // MemoryStore is a Store in this process's memory, for managers of one
@@ -34,7 +36,7 @@ type MemoryStore struct {
 // in a hash.
 type memScope struct {
 	leases map[string]int // lease -> slot
-	adm    admission
+	adm    admission.State
 	jitter float64 // factor drawn at the previous start
 	// learned state
 	version int64
@@ -117,22 +119,23 @@ func (st *memScope) effective(sc *StoreScope) (int, time.Duration) {
 
 // limits are the admission limits of sc: the shared concurrency and delay
 // (the latter scaled by the jitter factor drawn at the previous start).
-func (st *memScope) limits(sc *StoreScope) limits {
+func (st *memScope) limits(sc *StoreScope) admission.Limits {
 	conc, delay := st.effective(sc)
-	return limits{conc: int32(min(conc, math.MaxInt32)), gap: scaleDuration(delay, st.jitter), gapWhy: ReasonDelay}
+	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: admission.ScaleDuration(delay, st.jitter), GapWhy: admission.Delay}
 }
 
-// admit is one scope's check (admission.check).
+// admit is one scope's check (admission.State.Check).
 func (st *memScope) admit(now time.Time, sc *StoreScope) (time.Time, Reason) {
 	l := st.limits(sc)
-	return st.adm.check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	at, why := st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	return at, Reason(why)
 }
 
 // start records an admitted start under lease.
 func (st *memScope) start(now time.Time, lease string, sc *StoreScope) StoreTicket {
 	l := st.limits(sc)
 	var t StoreTicket
-	t.Slot, t.Window = st.adm.start(now, l.conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	t.Slot, t.Window = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
 	st.leases[lease] = t.Slot
 	st.jitter = sc.Jitter
 	return t
@@ -155,13 +158,13 @@ func (ms *MemoryStore) Release(ctx context.Context, rel *StoreRelease) (StoreRel
 		if rel.Lease != "" {
 			if i, ok := st.leases[rel.Lease]; ok {
 				delete(st.leases, rel.Lease)
-				st.adm.finish(i)
+				st.adm.Finish(i)
 				ended = append(ended, rs.Key)
 			}
 		}
-		st.adm.setGate(rs.Gate)
-		if st.adm.quota.set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
-			st.adm.quota.correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
+		st.adm.SetGate(rs.Gate)
+		if st.adm.Quota.Set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
+			st.adm.Quota.Correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
 		}
 		if rs.Learned {
 			// A store that lost its record (version 0) takes the
@@ -209,7 +212,7 @@ func (ms *MemoryStore) Watch(fn func(key string)) (stop func()) {
 func (ms *MemoryStore) sweep(now time.Time) {
 	ms.sweepAt = now.Add(time.Minute)
 	for k, st := range ms.scopes {
-		if len(st.leases) == 0 && now.Sub(st.touched) >= memStoreIdle && !now.Before(st.adm.gate) {
+		if len(st.leases) == 0 && now.Sub(st.touched) >= memStoreIdle && !now.Before(st.adm.Gate) {
 			delete(ms.scopes, k)
 		}
 	}
