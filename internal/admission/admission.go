@@ -3,7 +3,7 @@
 // SlotDelay old), the gap since the previous start, the server gate, and
 // room in the quota window. It is the one Go implementation of those
 // rules: the root package's default scope keeps a State per scope, and so
-// does MemoryStore for the managers that share it. redisstore's
+// does store.Memory for the managers that share it. redisstore's
 // admit.lua is the only other, held to this one by package storetest.
 package admission
 
