@@ -1,6 +1,10 @@
 package throttle
 
-import "time"
+import (
+	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
+)
 
 // AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope:
 // the delay follows latency / TargetConcurrency. Each response moves the
@@ -94,7 +98,7 @@ func (a *autoThrottle) onAnswer(_ time.Time, cfg *ScopeConfig, ans *answer) {
 
 // autoThrottleDelay is the rule itself, a pure function for table tests.
 func autoThrottleDelay(cfg *ScopeConfig, old, latency time.Duration, status int) time.Duration {
-	target := scaleDuration(max(latency, 0), 1/cfg.AutoThrottle.TargetConcurrency)
+	target := admission.ScaleDuration(max(latency, 0), 1/cfg.AutoThrottle.TargetConcurrency)
 	mean := old/2 + target/2 // (old+target)/2 without overflow
 	if sum := old + target; sum >= old {
 		mean = sum / 2

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
 // BackoffConfig configures how a scope reacts to backoff signals: 429, 5xx
@@ -232,7 +234,7 @@ func (b *backoff) onAnswer(now time.Time, cfg *ScopeConfig, a *answer) bool {
 // longer than MaxDelay, so its jitter does not carry the gap g past it.
 // d is the delay in effect.
 func (b *backoff) gapFloor(cfg *ScopeConfig, g, d, own time.Duration) time.Duration {
-	return max(min(g, max(cfg.Backoff.MaxDelay, d)), scaleDuration(own, 1+cfg.Jitter.Min))
+	return max(min(g, max(cfg.Backoff.MaxDelay, d)), admission.ScaleDuration(own, 1+cfg.Jitter.Min))
 }
 
 func (b *backoff) learned() bool { return b.delay > 0 || b.concurrency > 0 || b.hasBad }
@@ -264,7 +266,7 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	if b.safe > 0 && eff >= b.safe {
 		b.safe = 0 // the safe delay isn't safe any more
 	}
-	threshold := scaleDuration(max(b.base, bc.MinDelay), bc.Factor*bc.Factor)
+	threshold := admission.ScaleDuration(max(b.base, bc.MinDelay), bc.Factor*bc.Factor)
 	switch {
 	case b.outage:
 		// still down: keep probing
@@ -281,7 +283,7 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	case eff == 0:
 		next = bc.MinDelay
 	default:
-		next = max(scaleDuration(eff, bc.Factor), bc.MinDelay)
+		next = max(admission.ScaleDuration(eff, bc.Factor), bc.MinDelay)
 		if b.safe > eff {
 			next = min(next, b.safe) // bisection: back to the last safe delay
 		}

@@ -334,7 +334,7 @@ func TestBackoffJitterNarrowsWhileBackingOff(t *testing.T) {
 	for range 200 {
 		p.s.Start(p.now, 1)
 		assert.InDelta(t, 1, p.s.jitter, 0.1+1e-9, "±10 %% while backing off")
-		p.s.adm.inFlight = 0
+		p.s.adm.InFlight = 0
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/crawlerkit/throttle/store"
 )
 
 // Config holds the tunables of a ThrottlingManager. Start from
@@ -118,7 +120,7 @@ type Config struct {
 	// shared with other managers (other worker processes with
 	// redisstore). Nil keeps the state in this manager's memory. The
 	// scopes of a manager with a Store use the default ScopeManager.
-	Store Store
+	Store store.Store
 	// StoreFailure says what happens when the Store fails: FailClosed
 	// (the default) or FallbackLocal.
 	StoreFailure StoreFailureMode

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/crawlerkit/throttle/store"
 )
 
 // fuzzReader turns fuzz bytes into config values: each value first reads a
@@ -194,7 +196,7 @@ func fuzzConfig(in []byte) Config {
 		cfg.Scopes = map[string]ScopeConfig{key: sc}
 	}
 	if flags&2 != 0 {
-		cfg.Store = NewMemoryStore(nil)
+		cfg.Store = store.NewMemory(nil)
 	}
 	if flags&4 != 0 {
 		cfg.NewScopeManager = NewDefaultScopeManager

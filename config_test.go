@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crawlerkit/throttle/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,7 +23,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		"MaxHold":                      func(c *Config) { c.MaxHold = -1 },
 		"StoreRetry":                   func(c *Config) { c.StoreRetry = -1 },
 		"StoreFailure":                 func(c *Config) { c.StoreFailure = 7 },
-		"Store":                        func(c *Config) { c.Store = NewMemoryStore(nil); c.NewScopeManager = NewDefaultScopeManager },
+		"Store":                        func(c *Config) { c.Store = store.NewMemory(nil); c.NewScopeManager = NewDefaultScopeManager },
 		"Robots.MaxOrigins":            func(c *Config) { c.Robots.MaxOrigins = -1 },
 		"Robots.MaxBytes":              func(c *Config) { c.Robots.MaxBytes = -1 },
 		"Default.Concurrency":          func(c *Config) { c.Default.Concurrency = 0 },

@@ -99,13 +99,15 @@
 // # Sharing limits across processes
 //
 // A fleet of worker processes crawling the same sites shares one set of
-// limits through a Store (Config.Store): the redisstore module keeps each
-// scope's admission state (slots as leases, starts, quota counts, gates)
-// and learned state in Redis, so a 429 seen by one worker slows them all,
-// and AutoThrottle, backoff and rampup learn once for the fleet. An
-// admission attempt is one round trip covering all of the request's
-// scopes; waiters are woken by release notifications. MemoryStore shares
+// limits through a store (Config.Store, a store.Store): the redisstore
+// module keeps each scope's admission state (slots as leases, starts,
+// quota counts, gates) and learned state in Redis, so a 429 seen by one
+// worker slows them all, and AutoThrottle, backoff and rampup learn once
+// for the fleet. An admission attempt is one round trip covering all of
+// the request's scopes; waiters are woken by release notifications.
+// Package store defines what a store implements, and its Memory shares
 // state among managers of one process; package storetest is the
-// conformance suite a Store must pass. When the store fails, Acquire fails
-// fast (FailClosed) or continues on local state (FallbackLocal).
+// conformance suite a store must pass. When the store fails, Acquire fails
+// fast (FailClosed, with a *store.Error) or continues on local state
+// (FallbackLocal).
 package throttle

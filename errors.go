@@ -132,28 +132,6 @@ func (e *WaitError) Error() string {
 // Unwrap returns Err.
 func (e *WaitError) Unwrap() error { return e.Err }
 
-// ErrStoreUnavailable is matched (errors.Is) by every *StoreError.
-var ErrStoreUnavailable = errors.New("throttle: store unavailable")
-
-// A StoreError is returned by Acquire when the Store failed and
-// Config.StoreFailure is FailClosed. It wraps the store's error. The
-// manager never makes one with a nil Err; Error panics on a zero
-// StoreError. A plain value: copy it freely, but don't change it while
-// another goroutine reads it.
-type StoreError struct {
-	Op  string // "admit" or "release"
-	Err error
-}
-
-// Error names the operation and the store's error.
-func (e *StoreError) Error() string { return "throttle: store " + e.Op + ": " + e.Err.Error() }
-
-// Unwrap returns the store's error.
-func (e *StoreError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrStoreUnavailable.
-func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
-
 // ScopeManagerPanic is what Acquire, Release and SetScopeConfig panic with
 // when a custom ScopeManager panicked: the scope, the method and the value,
 // raised again after the manager released its locks and the request's

@@ -132,7 +132,7 @@ func snapOf(s *scope) (policySnap, bool) {
 		return policySnap{}, false
 	}
 	d, why := ds.delay()
-	return policySnap{delay: d, why: why, conc: ds.concurrency(), gate: ds.adm.gate,
+	return policySnap{delay: d, why: why, conc: ds.concurrency(), gate: ds.adm.Gate,
 		backoff: ds.backoff.delay, outage: ds.backoff.outage}, true
 }
 

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
+	"github.com/crawlerkit/throttle/store"
 )
 
 // learnedState is what the default policy of a scope has learned: its
@@ -220,8 +223,8 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 // implements it.
 type sharedPolicy interface {
 	ScopeManager
-	sharedLimits(now time.Time, sc *StoreScope)
-	sharedLearn(now time.Time, t Ticket, fb *Feedback, out *StoreReleaseScope, first bool)
+	sharedLimits(now time.Time, sc *store.Scope)
+	sharedLearn(now time.Time, t Ticket, fb *Feedback, out *store.ReleaseScope, first bool)
 	sharedImport(data []byte) error
 	sharedWhy(r Reason) Reason
 	// version and setVersion: the store's version of the learned state
@@ -245,7 +248,7 @@ func (s *defaultScope) setVersion(v int64) {
 }
 
 // sharedLimits fills sc with the scope's limits at now.
-func (s *defaultScope) sharedLimits(now time.Time, sc *StoreScope) {
+func (s *defaultScope) sharedLimits(now time.Time, sc *store.Scope) {
 	s.tick(now)
 	sc.Concurrency = s.concurrency()
 	sc.Delay, _ = s.delay()
@@ -254,7 +257,7 @@ func (s *defaultScope) sharedLimits(now time.Time, sc *StoreScope) {
 		// As gap does locally: backoff's narrower jitter never brings a
 		// start closer than the scope's own Delay*(1+Jitter.Min).
 		own, _ := s.ownDelay()
-		sc.Jitter = max(sc.Jitter, float64(scaleDuration(own, 1+s.cfg.Jitter.Min))/float64(sc.Delay))
+		sc.Jitter = max(sc.Jitter, float64(admission.ScaleDuration(own, 1+s.cfg.Jitter.Min))/float64(sc.Delay))
 	}
 	sc.SlotDelay = s.cfg.SlotDelay
 	if s.cfg.Quota > 0 {
@@ -274,7 +277,7 @@ func (s *defaultScope) sharedWhy(r Reason) Reason {
 // sharedLearn learns from fb like Finish, without the slot accounting the
 // store does, and fills out with what the store must apply: on the first
 // attempt the gate and quota corrections, and always the learned state.
-func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *StoreReleaseScope, first bool) {
+func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *store.ReleaseScope, first bool) {
 	s.tick(now)
 	if first {
 		out.QuotaFloor = -1

@@ -79,7 +79,7 @@ func (s *defaultScope) pace(now time.Time, lat time.Duration) Pace {
 	if s.cfg.Quota > 0 {
 		lower(float64(s.cfg.Quota)/s.cfg.Window.Seconds(), ReasonQuota)
 	}
-	if now.Before(s.adm.gate) {
+	if now.Before(s.adm.Gate) {
 		p.Rate, p.Binding = 0, ReasonGate
 	}
 	return p

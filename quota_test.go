@@ -70,14 +70,14 @@ func TestQuotaCorrections(t *testing.T) {
 		p.s.Start(p.now, 5)
 		assert.Equal(t, ReasonQuota, p.s.Admit(p.now, 1).Reason)
 		p.s.Finish(p.now, tk, &Feedback{Status: 200, Quota: []QuotaUse{{Cost: 1, HasCost: true}}})
-		assert.Equal(t, int64(6), p.s.adm.quota.used)
+		assert.Equal(t, int64(6), p.s.adm.Quota.Used)
 		assert.Equal(t, ReasonNone, p.s.Admit(p.now, 4).Reason)
 	})
 	t.Run("server's remaining raises the count", func(t *testing.T) {
 		p := newPolicy(t, quotaConfig(10, time.Minute))
 		tk := p.s.Start(p.now, 1)
 		p.s.Finish(p.now, tk, &Feedback{Status: 200, Quota: []QuotaUse{{Remaining: 2, HasRemaining: true}}})
-		assert.Equal(t, int64(8), p.s.adm.quota.used)
+		assert.Equal(t, int64(8), p.s.adm.Quota.Used)
 		assert.Equal(t, ReasonNone, p.s.Admit(p.now, 2).Reason)
 		assert.Equal(t, ReasonQuota, p.s.Admit(p.now, 3).Reason)
 	})
@@ -85,7 +85,7 @@ func TestQuotaCorrections(t *testing.T) {
 		p := newPolicy(t, quotaConfig(10, time.Minute)) // key "s"
 		tk := p.s.Start(p.now, 5)
 		p.s.Finish(p.now, tk, &Feedback{Status: 200, Quota: []QuotaUse{{Scope: "other", Cost: 0, HasCost: true}}})
-		assert.Equal(t, int64(5), p.s.adm.quota.used)
+		assert.Equal(t, int64(5), p.s.adm.Quota.Used)
 	})
 	t.Run("a cost for a past window is dropped", func(t *testing.T) {
 		p := newPolicy(t, quotaConfig(10, time.Minute))
@@ -93,7 +93,7 @@ func TestQuotaCorrections(t *testing.T) {
 		p.now = p.now.Add(61 * time.Second)
 		p.s.Start(p.now, 2)
 		p.s.Finish(p.now, tk, &Feedback{Status: 200, Quota: []QuotaUse{{Cost: 1, HasCost: true}}})
-		assert.Equal(t, int64(2), p.s.adm.quota.used)
+		assert.Equal(t, int64(2), p.s.adm.Quota.Used)
 	})
 	t.Run("remaining after the window ended counts in the new one", func(t *testing.T) {
 		p := newPolicy(t, quotaConfig(10, time.Minute))

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -528,10 +529,9 @@ func TestReadyQueueNoLostWakeup(t *testing.T) {
 // process's manager unparks the queue's request (Store.Watch).
 func TestReadyQueueStoreRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := NewMemoryStore(nil)
 		cfg := plainConfig()
 		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
-		cfg.Store = store
+		cfg.Store = store.NewMemory(nil)
 		other, mine := newManager(t, cfg), newManager(t, cfg)
 		q := NewReadyQueue(mine)
 		p, err := other.Acquire(context.Background(), get(t, "http://a/other"))

@@ -316,7 +316,7 @@ func TestRobotsFetchUsesHostScopesNotContextScopes(t *testing.T) {
 		resp.Body.Close()
 		s := m.mustScope(t, "credits")
 		s.mu.Lock()
-		assert.Equal(t, int64(5), s.mgr.(*defaultScope).adm.quota.used, "only the page's cost")
+		assert.Equal(t, int64(5), s.mgr.(*defaultScope).adm.Quota.Used, "only the page's cost")
 		s.mu.Unlock()
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
 // A ScopeManager is the policy of one scope: a state machine that decides
@@ -161,14 +163,14 @@ type defaultScope struct {
 	log       *slog.Logger
 	globalCap int
 
-	adm    admission
+	adm    admission.State
 	jitter float64 // factor drawn at the previous start
 
 	// effective values, recomputed by refresh when a part changes: the
 	// delay, and the limits admission reads (the concurrency, the gap
 	// after the previous start, the rule that set the delay)
 	effDelay time.Duration
-	lim      limits
+	lim      admission.Limits
 	// lastSignal says the last response learned from was a backoff
 	// signal; backoffJitter that the previous start drew its jitter from
 	// Backoff.Jitter (see gap).
@@ -240,11 +242,11 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 // the gap after the previous start has passed: moving the previous start
 // to it with no gap after it holds no later request back.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
-	t.Slot, t.Window = s.adm.startUncounted(now, s.lim.conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.Window = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
-	s.adm.started, s.adm.lastStart = true, now
+	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
-	s.lim.gap = 0
+	s.lim.Gap = 0
 }
 
 // finishRobots is Finish for the manager's robots.txt fetch: it learns
@@ -267,8 +269,8 @@ func (s *defaultScope) robotsCounts() {
 	}
 	s.robotsStart = false
 	s.jitter = s.drawJitter()
-	s.backoffJitter = s.lim.gapWhy == ReasonBackoff
-	s.lim.gap = s.gap(s.effDelay)
+	s.backoffJitter = Reason(s.lim.GapWhy) == ReasonBackoff
+	s.lim.Gap = s.gap(s.effDelay)
 }
 
 // tick rolls the windows of the learned parts forward to now.
@@ -288,9 +290,11 @@ func (s *defaultScope) tick(now time.Time) {
 // refresh recomputes the effective delay and concurrency after a change,
 // so the hot path reads them instead of combining the parts each time.
 func (s *defaultScope) refresh() {
-	s.effDelay, s.lim.gapWhy = s.combineDelay()
-	s.lim.conc = int32(min(s.combineConcurrency(), math.MaxInt32))
-	s.lim.gap = s.gap(s.effDelay)
+	var why Reason
+	s.effDelay, why = s.combineDelay()
+	s.lim.GapWhy = admission.Reason(why)
+	s.lim.Conc = int32(min(s.combineConcurrency(), math.MaxInt32))
+	s.lim.Gap = s.gap(s.effDelay)
 }
 
 // baseDelay is the delay before robots.txt, AutoThrottle and backoff.
@@ -302,10 +306,10 @@ func (s *defaultScope) baseDelay() time.Duration {
 }
 
 // delay returns the delay between starts now, and which part set it.
-func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.lim.gapWhy }
+func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, Reason(s.lim.GapWhy) }
 
 // concurrency returns how many permits the scope admits at once now.
-func (s *defaultScope) concurrency() int { return int(s.lim.conc) }
+func (s *defaultScope) concurrency() int { return int(s.lim.Conc) }
 
 func (s *defaultScope) combineDelay() (time.Duration, Reason) {
 	d, why := s.ownDelay()
@@ -340,7 +344,7 @@ func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 // Delay (found by TestStressInvariants; see
 // TestBackoffJitterNeverBelowDelay).
 func (s *defaultScope) gap(d time.Duration) time.Duration {
-	g := scaleDuration(d, s.jitter)
+	g := admission.ScaleDuration(d, s.jitter)
 	if s.backoffJitter {
 		own, _ := s.ownDelay()
 		g = s.backoff.gapFloor(&s.cfg, g, d, own)
@@ -365,11 +369,11 @@ func (s *defaultScope) combineConcurrency() int {
 // Admit implements ScopeManager.
 func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	s.tick(now)
-	at, why := s.adm.check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
-	if why == ReasonNone {
+	at, why := s.adm.Check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	if why == admission.None {
 		return Admission{}
 	}
-	return Admission{At: at, Reason: why}
+	return Admission{At: at, Reason: Reason(why)}
 }
 
 // quotaLeft returns what the window's quota has left at now, and false
@@ -378,8 +382,8 @@ func (s *defaultScope) quotaLeft(now time.Time) (int64, bool) {
 	if s.cfg.Quota <= 0 {
 		return 0, false
 	}
-	s.adm.quota.roll(now, s.cfg.Window)
-	return s.cfg.Quota - s.adm.quota.used, true
+	s.adm.Quota.Roll(now, s.cfg.Window)
+	return s.cfg.Quota - s.adm.Quota.Used, true
 }
 
 // Start implements ScopeManager.
@@ -395,12 +399,12 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 // wide loads of the narrow stores just made, which stall (no store
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
-	t.Slot, t.Window = s.adm.start(now, s.lim.conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.Window = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
-	s.backoffJitter = s.lim.gapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
-	s.robotsStart = false                           // this start is the previous one now
-	s.lim.gap = s.gap(s.effDelay)
+	s.backoffJitter = Reason(s.lim.GapWhy) == ReasonBackoff // drawJitter took Backoff.Jitter
+	s.robotsStart = false                                   // this start is the previous one now
+	s.lim.Gap = s.gap(s.effDelay)
 }
 
 // drawJitter draws the factor applied to the delay that follows a start.
@@ -426,12 +430,32 @@ func (s *defaultScope) drawJitter() float64 {
 // Finish implements ScopeManager.
 func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 	s.tick(now)
-	s.adm.finish(t.Slot)
+	s.adm.Finish(t.Slot)
 	if s.cfg.Quota > 0 {
 		delta, floor := quotaCorrection(s.key, s.cfg.Quota, &t, fb)
-		s.adm.quota.correct(now, s.cfg.Window, t.Window, delta, floor)
+		s.adm.Quota.Correct(now, s.cfg.Window, t.Window, delta, floor)
 	}
 	s.learn(now, t, fb)
+}
+
+// quotaCorrection sums the quota corrections fb makes to the scope key
+// for a start t, under a quota of quota: delta, the actual costs minus the
+// admitted one; floor, the count the server's remaining quota implies (-1:
+// none).
+func quotaCorrection(key string, quota int64, t *Ticket, fb *Feedback) (delta, floor int64) {
+	floor = -1
+	for _, u := range fb.Quota {
+		if u.Scope != "" && u.Scope != key {
+			continue
+		}
+		if u.HasCost && u.Cost >= 0 {
+			delta += u.Cost - t.Cost
+		}
+		if u.HasRemaining && u.Remaining >= 0 && u.Remaining <= quota {
+			floor = max(floor, quota-u.Remaining)
+		}
+	}
+	return delta, floor
 }
 
 // learn routes feedback to the learned parts and sets server gates.
@@ -471,17 +495,17 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 		s.refresh()
 	}
 	nd, why := s.delay()
-	if why == ReasonBackoff && !s.backoffJitter && s.adm.started {
+	if why == ReasonBackoff && !s.backoffJitter && s.adm.Started {
 		// The wait after the previous start now follows the backoff
 		// delay: draw its factor from Backoff.Jitter, as every start in
 		// backoff does. The factor drawn at that start came from Jitter
 		// (±50 %), which put the first wait of a 300 s backoff anywhere
 		// from 150 s to 450 s, past MaxDelay.
 		s.jitter, s.backoffJitter = s.drawJitter(), true
-		s.lim.gap = s.gap(nd)
+		s.lim.Gap = s.gap(nd)
 	}
 	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.adm.inFlight,
+		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.adm.InFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", a.signal)
@@ -489,16 +513,16 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 	return gate, gated
 }
 
-func (s *defaultScope) setGate(t time.Time) { s.adm.setGate(t) }
+func (s *defaultScope) setGate(t time.Time) { s.adm.SetGate(t) }
 
 // Idle implements ScopeManager.
 func (s *defaultScope) Idle(now time.Time) Idleness {
 	s.tick(now)
-	if s.adm.inFlight > 0 || now.Before(s.adm.gate) || s.adm.quota.pending(now, s.cfg.Window) {
+	if s.adm.InFlight > 0 || now.Before(s.adm.Gate) || s.adm.Quota.Pending(now, s.cfg.Window) {
 		return Busy
 	}
-	if s.adm.started {
-		if now.Before(s.adm.lastStart.Add(s.lim.gap)) {
+	if s.adm.Started {
+		if now.Before(s.adm.LastStart.Add(s.lim.Gap)) {
 			return Busy
 		}
 	}
@@ -507,20 +531,3 @@ func (s *defaultScope) Idle(now time.Time) Idleness {
 	}
 	return IdleEmpty
 }
-
-// scaleDuration returns d*f, saturating instead of overflowing.
-func scaleDuration(d time.Duration, f float64) time.Duration {
-	if f == 1 || d == 0 {
-		return d
-	}
-	v := float64(d) * f
-	switch {
-	case v <= 0:
-		return 0
-	case v >= float64(maxDuration):
-		return maxDuration
-	}
-	return time.Duration(v)
-}
-
-const maxDuration = time.Duration(1<<63 - 1)

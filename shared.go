@@ -9,6 +9,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/crawlerkit/throttle/store"
+)
+
+// StoreFailureMode says what Acquire does when the Store fails. The zero
+// value is FailClosed.
+type StoreFailureMode uint8
+
+const (
+	// FailClosed: Acquire and TryAcquire return a *store.Error at once.
+	FailClosed StoreFailureMode = iota
+	// FallbackLocal: requests are admitted from the manager's own
+	// in-memory state, as without a Store, with one warning per outage;
+	// the store is tried again every Config.StoreRetry and used as soon
+	// as it answers. During the outage each process holds its limits
+	// alone: a fleet of N may send N times the shared rate.
+	FallbackLocal
 )
 
 // shared is a manager's link to its Config.Store: the request's path when
@@ -24,7 +41,7 @@ import (
 //	   quota corrections, learned state (version-checked; a conflict is
 //	   merged by learning again on the store's state and sent again)
 type shared struct {
-	store Store
+	store store.Store
 	lease string        // this manager's lease prefix
 	seq   atomic.Uint64 // lease counter
 	// offset estimates store time minus local clock time, in ns.
@@ -42,10 +59,10 @@ type shared struct {
 
 type sharedWaiter struct{ wake chan struct{} }
 
-func newShared(store Store) *shared {
+func newShared(st store.Store) *shared {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &shared{store: store, lease: hex.EncodeToString(b[:]) + ":", waiters: make(map[string]map[*sharedWaiter]struct{})}
+	return &shared{store: st, lease: hex.EncodeToString(b[:]) + ":", waiters: make(map[string]map[*sharedWaiter]struct{})}
 }
 
 func (sh *shared) newLease() string {
@@ -121,14 +138,14 @@ func (m *ThrottlingManager) useStore(now time.Time) bool {
 }
 
 // storeFailed handles a store error: with FailClosed it is returned as a
-// *StoreError; with FallbackLocal the manager turns to local state for
+// *store.Error; with FallbackLocal the manager turns to local state for
 // StoreRetry (one warning per outage) and nil is returned.
 func (m *ThrottlingManager) storeFailed(op string, err error) error {
 	if m.cfg.StoreFailure != FallbackLocal || op == "release" {
 		if op == "release" {
 			m.log.Warn("throttle: store release failed; the lease expires on its own", "err", err)
 		}
-		return &StoreError{Op: op, Err: err}
+		return &store.Error{Op: op, Err: err}
 	}
 	sh := m.shared
 	sh.downMu.Lock()
@@ -161,14 +178,15 @@ func (m *ThrottlingManager) storeAnswered() {
 var errUseLocal = errors.New("throttle: use local state")
 
 // admitShared asks the store once to admit p. On admission p holds the
-// lease; the answer says otherwise why and until when.
-func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAnswer, error) {
+// lease; the answer says otherwise why (the Reason returned: the store's
+// reason as the refusing scope's policy names it) and until when.
+func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (store.Answer, Reason, error) {
 	sh := m.shared
 	local := m.clock.Now()
 	now := sh.storeTime(local)
-	req := StoreRequest{Lease: sh.newLease(), Scopes: make([]StoreScope, len(p.scopes))}
+	req := store.Request{Lease: sh.newLease(), Scopes: make([]store.Scope, len(p.scopes))}
 	if err := m.relock(p.scopes, local); err != nil {
-		return StoreAnswer{}, err
+		return store.Answer{}, ReasonNone, err
 	}
 	for i := range p.scopes {
 		h := &p.scopes[i]
@@ -182,23 +200,23 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 	ans, err := sh.store.Admit(ctx, &req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ans, &WaitError{Err: ctx.Err()}
+			return ans, ReasonNone, &WaitError{Err: ctx.Err()}
 		}
-		if we := (*WaitError)(nil); errors.As(err, &we) {
+		if errors.Is(err, store.ErrPastDeadline) {
 			// The store saw the caller's deadline pass (in its own
 			// clock, a little ahead of ours): the caller gave up.
-			return ans, we
+			return ans, ReasonNone, &WaitError{Err: context.DeadlineExceeded}
 		}
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			// The caller's deadline ended the call (a connection's read
 			// deadline can fire before the context's own timer marks it
 			// done): the caller gave up, the store did not fail.
-			return ans, &WaitError{Err: context.DeadlineExceeded}
+			return ans, ReasonNone, &WaitError{Err: context.DeadlineExceeded}
 		}
 		if err := m.storeFailed("admit", err); err != nil {
-			return ans, err
+			return ans, ReasonNone, err
 		}
-		return ans, errUseLocal
+		return ans, ReasonNone, errUseLocal
 	}
 	m.storeAnswered()
 	local = m.clock.Now()
@@ -220,8 +238,9 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 			h.s.started(p.robots)
 		}
 	}
+	why := reasonOf(ans.Reason)
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
-		ans.Reason = p.scopes[ans.Scope].s.policy().sharedWhy(ans.Reason)
+		why = p.scopes[ans.Scope].s.policy().sharedWhy(why)
 	}
 	unlockAll(p.scopes)
 	if ans.Admitted {
@@ -229,7 +248,21 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (StoreAn
 		e.lease, e.shared, e.local = req.Lease, true, local
 		p.acquired = ans.Now
 	}
-	return ans, nil
+	return ans, why, nil
+}
+
+// storeReasons are a Store's reasons as the manager names them.
+var storeReasons = [...]Reason{store.ReasonNone: ReasonNone, store.ReasonConcurrency: ReasonConcurrency,
+	store.ReasonDelay: ReasonDelay, store.ReasonSlotDelay: ReasonSlotDelay, store.ReasonGate: ReasonGate,
+	store.ReasonQuota: ReasonQuota}
+
+// reasonOf returns a Store's reason as the manager names it: ReasonNone
+// for a value the store package does not list.
+func reasonOf(r store.Reason) Reason {
+	if int(r) < len(storeReasons) {
+		return storeReasons[r]
+	}
+	return ReasonNone
 }
 
 // acquireShared is acquire with the state in the store: admission
@@ -285,7 +318,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			m.shared.watch(sw, p.scopes)
 			watching = true
 		}
-		ans, err := m.admitShared(ctx, p)
+		ans, why, err := m.admitShared(ctx, p)
 		if err == nil && ans.Admitted {
 			return p, nil
 		}
@@ -301,11 +334,11 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			// redisstore the earliest lease expiry, up to LeaseTTL away):
 			// a release may free a slot at any moment, so, as without a
 			// store, it is no reason to give up before the deadline.
-			if dl, ok := ctx.Deadline(); ok && ans.Reason != ReasonConcurrency && dl.Before(local.Add(d)) {
-				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
+			if dl, ok := ctx.Deadline(); ok && why != ReasonConcurrency && dl.Before(local.Add(d)) {
+				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 			}
 		}
-		if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: ans.Reason}); err != nil {
+		if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: why}); err != nil {
 			return nil, err
 		}
 		if !counted {
@@ -319,7 +352,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			until = local.Add(d)
 		}
 		if err := wait(until, sw.wake); err != nil {
-			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: ans.Reason, Err: err}
+			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, Err: err}
 		}
 	}
 }
@@ -329,7 +362,7 @@ func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Adm
 	if !m.global.tryFast() {
 		return false, Admission{Reason: ReasonGlobal}, nil
 	}
-	ans, err := m.admitShared(ctx, p)
+	ans, why, err := m.admitShared(ctx, p)
 	if err == nil && ans.Admitted {
 		return true, Admission{}, nil
 	}
@@ -337,7 +370,7 @@ func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Adm
 	if err != nil {
 		return false, Admission{}, err
 	}
-	adm := Admission{Reason: ans.Reason}
+	adm := Admission{Reason: why}
 	if !ans.At.IsZero() {
 		adm.At = m.clock.Now().Add(ans.At.Sub(ans.Now))
 	}
@@ -351,7 +384,7 @@ const maxLearnRetries = 3
 // from fb. local is the manager's clock at release.
 func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
 	now := p.acquired.Add(local.Sub(p.ext.local))
-	rel := StoreRelease{Lease: p.ext.lease, Scopes: make([]StoreReleaseScope, len(p.scopes))}
+	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
 	watch := m.cfg.Hooks.watchesPolicy()
 	var ev hookEvents
 	for i := range p.scopes {
@@ -359,7 +392,7 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
 		rs.Key, rs.Version = h.s.key, h.s.policy().version()
-		rs.Ticket = StoreTicket{Slot: h.ticket.Slot, Window: h.ticket.Window}
+		rs.Ticket = store.Ticket{Slot: h.ticket.Slot, Window: h.ticket.Window}
 		var before policySnap
 		if watch {
 			before, _ = snapOf(h.s)
@@ -390,10 +423,10 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 			return
 		}
 		// Merge: learn again from fb on the store's state, send that.
-		retry := StoreRelease{Scopes: make([]StoreReleaseScope, 0, len(ans.Conflicts))}
+		retry := store.Release{Scopes: make([]store.ReleaseScope, 0, len(ans.Conflicts))}
 		for _, c := range ans.Conflicts {
 			h := &p.scopes[c.Scope]
-			rs := StoreReleaseScope{Key: h.s.key, QuotaFloor: -1}
+			rs := store.ReleaseScope{Key: h.s.key, QuotaFloor: -1}
 			h.s.mu.Lock()
 			sp := h.s.policy()
 			if c.Learned.Data != nil && sp.sharedImport(c.Learned.Data) == nil {
@@ -412,7 +445,7 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 
 // settleVersions records the versions the store gave the learned state it
 // stored: max(stored, sent)+1, where stored was the sent one or 0.
-func (m *ThrottlingManager) settleVersions(p *Permit, rel *StoreRelease, conflicts []StoreConflict) {
+func (m *ThrottlingManager) settleVersions(p *Permit, rel *store.Release, conflicts []store.Conflict) {
 	for i := range rel.Scopes {
 		rs := &rel.Scopes[i]
 		if !rs.Learned || containsScope(conflicts, i) {
@@ -427,7 +460,7 @@ func (m *ThrottlingManager) settleVersions(p *Permit, rel *StoreRelease, conflic
 	}
 }
 
-func containsScope(cs []StoreConflict, i int) bool {
+func containsScope(cs []store.Conflict, i int) bool {
 	for _, c := range cs {
 		if c.Scope == i {
 			return true
@@ -438,7 +471,7 @@ func containsScope(cs []StoreConflict, i int) bool {
 
 // permitFor returns a permit view holding only the conflicting scopes, in
 // the order of the retry's Scopes.
-func permitFor(p *Permit, cs []StoreConflict) *Permit {
+func permitFor(p *Permit, cs []store.Conflict) *Permit {
 	q := &Permit{m: p.m, acquired: p.acquired, ext: p.ext, scopes: make([]held, len(cs))}
 	for i, c := range cs {
 		q.scopes[i] = p.scopes[c.Scope]

@@ -13,39 +13,40 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/store"
 	"github.com/stretchr/testify/require"
 )
 
-// faultyStore is a MemoryStore that fails on demand, as a store whose
+// faultyStore is a store.Memory that fails on demand, as a store whose
 // server went away.
 type faultyStore struct {
-	*MemoryStore
+	*store.Memory
 	fail   atomic.Bool
 	admits atomic.Int64
 }
 
 var errGone = errors.New("connection refused")
 
-func (f *faultyStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error) {
+func (f *faultyStore) Admit(ctx context.Context, req *store.Request) (store.Answer, error) {
 	f.admits.Add(1)
 	if f.fail.Load() {
-		return StoreAnswer{}, errGone
+		return store.Answer{}, errGone
 	}
-	return f.MemoryStore.Admit(ctx, req)
+	return f.Memory.Admit(ctx, req)
 }
 
-func (f *faultyStore) Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error) {
+func (f *faultyStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
 	if f.fail.Load() {
-		return StoreReleaseAnswer{}, errGone
+		return store.ReleaseAnswer{}, errGone
 	}
-	return f.MemoryStore.Release(ctx, rel)
+	return f.Memory.Release(ctx, rel)
 }
 
-func storeManager(t *testing.T, clock Clock, store Store, mode StoreFailureMode, log *bytes.Buffer) *ThrottlingManager {
+func storeManager(t *testing.T, clock Clock, st store.Store, mode StoreFailureMode, log *bytes.Buffer) *ThrottlingManager {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = time.Second, 0, Jitter{}
-	cfg.Clock, cfg.Store, cfg.StoreFailure = clock, store, mode
+	cfg.Clock, cfg.Store, cfg.StoreFailure = clock, st, mode
 	if log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	}
@@ -56,18 +57,18 @@ func TestStoreFailClosed(t *testing.T) { synctest.Test(t, testStoreFailClosed) }
 
 func testStoreFailClosed(t *testing.T) {
 	var clock Clock
-	fs := &faultyStore{MemoryStore: NewMemoryStore(clock)}
+	fs := &faultyStore{Memory: store.NewMemory(clock)}
 	m := storeManager(t, clock, fs, FailClosed, nil)
 	fs.fail.Store(true)
 	_, err := m.Acquire(context.Background(), get(t, "http://a.test/"))
-	var se *StoreError
+	var se *store.Error
 	require.ErrorAs(t, err, &se)
-	require.ErrorIs(t, err, ErrStoreUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.ErrorIs(t, err, errGone)
 	require.Equal(t, "admit", se.Op)
 	p, _, err := m.TryAcquire(get(t, "http://a.test/"))
 	require.Nil(t, p)
-	require.ErrorIs(t, err, ErrStoreUnavailable)
+	require.ErrorIs(t, err, store.ErrUnavailable)
 
 	fs.fail.Store(false) // back: no waiting for a retry time
 	p, err = m.Acquire(context.Background(), get(t, "http://a.test/"))
@@ -79,7 +80,7 @@ func TestStoreFallbackLocal(t *testing.T) { synctest.Test(t, testStoreFallbackLo
 
 func testStoreFallbackLocal(t *testing.T) {
 	var clock Clock
-	fs := &faultyStore{MemoryStore: NewMemoryStore(clock)}
+	fs := &faultyStore{Memory: store.NewMemory(clock)}
 	var log bytes.Buffer
 	m := storeManager(t, clock, fs, FallbackLocal, &log)
 	fs.fail.Store(true)
@@ -104,7 +105,7 @@ func testStoreFallbackLocal(t *testing.T) {
 
 func TestStoreNeedsDefaultPolicy(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Store = NewMemoryStore(nil)
+	cfg.Store = store.NewMemory(nil)
 	cfg.NewScopeManager = NewDefaultScopeManager
 	_, err := New(cfg)
 	var ce *ConfigError
@@ -112,17 +113,17 @@ func TestStoreNeedsDefaultPolicy(t *testing.T) {
 	require.Equal(t, "Store", ce.Field)
 }
 
-// TestSharedFleetHoldsLimits: 4 managers on one MemoryStore, 200 callers,
+// TestSharedFleetHoldsLimits: 4 managers on one store.Memory, 200 callers,
 // Concurrency 2 and Delay 100 ms on one host: never more than 2 in flight,
 // starts at least 100 ms apart, checked on the starts the store recorded.
 func TestSharedFleetHoldsLimits(t *testing.T) { synctest.Test(t, testSharedFleetHoldsLimits) }
 
 func testSharedFleetHoldsLimits(t *testing.T) {
 	var clock Clock
-	store := NewMemoryStore(clock)
+	st := store.NewMemory(clock)
 	cfg := DefaultConfig()
 	cfg.Default.Concurrency, cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 2, 100*time.Millisecond, 0, Jitter{}
-	cfg.Clock, cfg.Store = clock, store
+	cfg.Clock, cfg.Store = clock, st
 	var ms []*ThrottlingManager
 	for range 4 {
 		ms = append(ms, newManager(t, cfg))
@@ -168,13 +169,13 @@ func testSharedFleetHoldsLimits(t *testing.T) {
 	require.Len(t, all, n)
 }
 
-// fallbackWakeStore is a MemoryStore that names a fallback time for a
+// fallbackWakeStore is a store.Memory that names a fallback time for a
 // concurrency refusal, as redisstore does (the earliest lease expiry).
-type fallbackWakeStore struct{ *MemoryStore }
+type fallbackWakeStore struct{ *store.Memory }
 
-func (f fallbackWakeStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error) {
-	ans, err := f.MemoryStore.Admit(ctx, req)
-	if err == nil && !ans.Admitted && ans.Reason == ReasonConcurrency && ans.At.IsZero() {
+func (f fallbackWakeStore) Admit(ctx context.Context, req *store.Request) (store.Answer, error) {
+	ans, err := f.Memory.Admit(ctx, req)
+	if err == nil && !ans.Admitted && ans.Reason == store.ReasonConcurrency && ans.At.IsZero() {
 		ans.At = ans.Now.Add(30 * time.Second)
 	}
 	return ans, err
@@ -189,9 +190,9 @@ func TestSharedDeadlineBeforeFallbackWake(t *testing.T) {
 
 func testSharedDeadlineBeforeFallbackWake(t *testing.T) {
 	var clock Clock
-	store := fallbackWakeStore{NewMemoryStore(clock)}
-	m1 := storeManager(t, clock, store, FailClosed, nil)
-	m2 := storeManager(t, clock, store, FailClosed, nil)
+	st := fallbackWakeStore{store.NewMemory(clock)}
+	m1 := storeManager(t, clock, st, FailClosed, nil)
+	m2 := storeManager(t, clock, st, FailClosed, nil)
 	p1, err := m1.Acquire(context.Background(), get(t, "http://busy.test/"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -212,22 +213,22 @@ func testSharedDeadlineBeforeFallbackWake(t *testing.T) {
 
 // learnedStore records which releases carried learned state.
 type learnedStore struct {
-	*MemoryStore
+	*store.Memory
 	sent []bool
 }
 
-func (l *learnedStore) Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error) {
+func (l *learnedStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
 	for _, rs := range rel.Scopes {
 		l.sent = append(l.sent, rs.Learned)
 	}
-	return l.MemoryStore.Release(ctx, rel)
+	return l.Memory.Release(ctx, rel)
 }
 
 // TestSharedReleaseSendsOnlyWhatIsNew: a release whose request taught
 // nothing new sends no learned state; one that changed it (a 429) does.
 func TestSharedReleaseSendsOnlyWhatIsNew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ls := &learnedStore{MemoryStore: NewMemoryStore(nil)}
+		ls := &learnedStore{Memory: store.NewMemory(nil)}
 		cfg := DefaultConfig()
 		cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter, cfg.Default.Backoff.Jitter = 0, 0, Jitter{}, Jitter{}
 		cfg.Default.AutoThrottle.Enabled, cfg.Default.Rampup.Enabled = false, false

@@ -225,5 +225,5 @@ func (s *defaultScope) fillStats(ss *ScopeStats) {
 	if s.cfg.Rampup.Enabled {
 		ss.RampupRate = s.rampup.current(&s.cfg)
 	}
-	ss.Gate = s.adm.gate
+	ss.Gate = s.adm.Gate
 }

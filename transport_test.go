@@ -36,7 +36,7 @@ func (m *ThrottlingManager) inFlight(t testing.TB, key string) int {
 	s := m.mustScope(t, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.mgr.(*defaultScope).adm.inFlight)
+	return int(s.mgr.(*defaultScope).adm.InFlight)
 }
 
 func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {

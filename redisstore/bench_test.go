@@ -14,6 +14,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
@@ -127,14 +128,14 @@ func benchStore(b *testing.B, goroutines int) {
 	ctx := context.Background()
 	benchCalls(b, goroutines, "pairs/s", client, func(i int) error {
 		l := "b" + strconv.FormatInt(lease.Add(1), 36)
-		ans, err := s.Admit(ctx, &throttle.StoreRequest{Lease: l, Scopes: []throttle.StoreScope{{Key: keys[i], Cost: 1, Concurrency: 1, Jitter: 1}}})
+		ans, err := s.Admit(ctx, &store.Request{Lease: l, Scopes: []store.Scope{{Key: keys[i], Cost: 1, Concurrency: 1, Jitter: 1}}})
 		if err != nil {
 			return err
 		}
 		if !ans.Admitted {
 			return fmt.Errorf("refused: %v", ans.Reason)
 		}
-		_, err = s.Release(ctx, &throttle.StoreRelease{Lease: l, Scopes: []throttle.StoreReleaseScope{{Key: keys[i], Ticket: ans.Tickets[0], QuotaFloor: -1}}})
+		_, err = s.Release(ctx, &store.Release{Lease: l, Scopes: []store.ReleaseScope{{Key: keys[i], Ticket: ans.Tickets[0], QuotaFloor: -1}}})
 		return err
 	})
 }

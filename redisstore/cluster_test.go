@@ -26,6 +26,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -153,7 +154,7 @@ func waitReplicated(t *testing.T, addr string) {
 func TestClusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterOptions{})
 	var checked sync.Once
-	storetest.Run(t, func(t *testing.T, clock throttle.Clock) throttle.Store {
+	storetest.Run(t, func(t *testing.T, clock throttle.Clock) store.Store {
 		s, _ := dialClusterStore(t, c.Addrs(), redisstore.Options{Clock: clock, Prefix: uniquePrefix()})
 		checked.Do(func() {
 			// The suite's two-scope request ("a" and "b") crosses slots:
@@ -417,14 +418,14 @@ type recStore struct {
 	rec *recorder
 }
 
-func (s recStore) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+func (s recStore) Admit(ctx context.Context, req *store.Request) (store.Answer, error) {
 	start := time.Now()
 	ans, err := s.Store.Admit(ctx, req)
 	s.rec.add(storeCall{op: "admit", scope: req.Scopes[0].Key, start: start, end: time.Now(), admitted: err == nil && ans.Admitted, err: err})
 	return ans, err
 }
 
-func (s recStore) Release(ctx context.Context, rel *throttle.StoreRelease) (throttle.StoreReleaseAnswer, error) {
+func (s recStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
 	start := time.Now()
 	ans, err := s.Store.Release(ctx, rel)
 	var scope string
@@ -438,7 +439,7 @@ func (s recStore) Release(ctx context.Context, rel *throttle.StoreRelease) (thro
 // crawlScope is what the crawl saw on one scope.
 type crawlScope struct {
 	inFlight, peak, over atomic.Int64
-	ok, storeErrs        atomic.Int64 // admissions; Acquires that failed with a *throttle.StoreError
+	ok, storeErrs        atomic.Int64 // admissions; Acquires that failed with a *store.Error
 	waitErrs, otherErrs  atomic.Int64 // ... with a *throttle.WaitError (the deadline); with anything else
 	late                 atomic.Int64 // Acquires that returned after their deadline (with slack)
 	spanning             atomic.Int64 // Acquires under way at the kill
@@ -456,7 +457,7 @@ type crawlScope struct {
 // which also carries the release channel's slot, is killed with SIGKILL
 // and its replica promoted. For FailClosed and FallbackLocal it checks
 // what the package documentation says a failover costs: how long the dead
-// master's scopes and the others fail, and how (StoreError within
+// master's scopes and the others fail, and how (store.Error within
 // Options.Timeout, CLUSTERDOWN, local admissions), the limits exceeded
 // (none with FailClosed; each manager alone with FallbackLocal); that no
 // Acquire returns after its deadline; that a lease renewed more often
@@ -577,7 +578,7 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 							st.spanning.Add(1)
 						}
 						if err != nil {
-							var se *throttle.StoreError
+							var se *store.Error
 							var we *throttle.WaitError
 							switch {
 							case errors.As(err, &se):
@@ -859,7 +860,7 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 		if i == 0 {
 			where = "dead master"
 		}
-		t.Logf("  %s (%s): %d admitted; Acquire errors: %d StoreError, %d WaitError, %d other (%v); %d Acquires under way at the kill (%d admitted); peak in flight %d (limit %d), %d admissions over it; %d starts closer than Delay (min gap %v); %.1f starts per Delay during the outage; %d returned late",
+		t.Logf("  %s (%s): %d admitted; Acquire errors: %d store.Error, %d WaitError, %d other (%v); %d Acquires under way at the kill (%d admitted); peak in flight %d (limit %d), %d admissions over it; %d starts closer than Delay (min gap %v); %.1f starts per Delay during the outage; %d returned late",
 			sc, where, st.ok.Load(), st.storeErrs.Load(), st.waitErrs.Load(), st.otherErrs.Load(), other, st.spanning.Load(), st.spanningOK.Load(),
 			st.peak.Load(), conc, st.over.Load(), closer, least, rate, st.late.Load())
 	}
@@ -883,7 +884,7 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 		other := st.lastOther
 		st.mu.Unlock()
 		require.Zero(t, st.late.Load(), "%s: Acquires returned after their deadline", sc)
-		require.Zero(t, st.otherErrs.Load(), "%s: Acquire errors neither StoreError nor WaitError: %v", sc, other)
+		require.Zero(t, st.otherErrs.Load(), "%s: Acquire errors neither store.Error nor WaitError: %v", sc, other)
 		require.Greater(t, st.ok.Load(), int64(0))
 		switch mode {
 		case throttle.FailClosed:
@@ -898,7 +899,7 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 				require.Zero(t, closer, "%s: starts closer than Delay", sc)
 			}
 		case throttle.FallbackLocal:
-			require.Zero(t, st.storeErrs.Load(), "%s: FallbackLocal returned a StoreError", sc)
+			require.Zero(t, st.storeErrs.Load(), "%s: FallbackLocal returned a store.Error", sc)
 			// Each manager admits alone, next to the store's permits.
 			require.LessOrEqual(t, st.peak.Load(), int64((managers+1)*conc), sc)
 			require.Greater(t, closer, 0, "%s: local admissions on every scope", sc)

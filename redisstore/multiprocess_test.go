@@ -37,6 +37,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/throttletest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -304,16 +305,16 @@ func dialStore(t testing.TB, addr string, opts redisstore.Options) (*redisstore.
 // uniquePrefix is a key prefix no other test uses.
 func uniquePrefix() string { return "mp" + strconv.FormatInt(prefixes.Add(1), 10) + ":" }
 
-// fleetManager returns a manager on store whose scopes have concurrency
+// fleetManager returns a manager on st whose scopes have concurrency
 // conc, delay delay, no slot delay and no jitter (in backoff neither);
 // robots.txt off. mod, if not nil, changes the config further.
-func fleetManager(t testing.TB, store throttle.Store, conc int, delay time.Duration, mod func(*throttle.Config)) *throttle.ThrottlingManager {
+func fleetManager(t testing.TB, st store.Store, conc int, delay time.Duration, mod func(*throttle.Config)) *throttle.ThrottlingManager {
 	t.Helper()
 	cfg := throttle.DefaultConfig()
 	cfg.Default.Concurrency, cfg.Default.Delay, cfg.Default.SlotDelay = conc, delay, 0
 	cfg.Default.Jitter, cfg.Default.Backoff.Jitter = throttle.Jitter{}, throttle.Jitter{}
 	cfg.Robots.Enabled = false
-	cfg.Store = store
+	cfg.Store = st
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -554,13 +555,13 @@ func TestLiveWorkerKeepsSlots(t *testing.T) {
 }
 
 // TestRedisPausedFailsFast: with Redis frozen (SIGSTOP) and FailClosed,
-// Acquire returns a *throttle.StoreError within Options.Timeout, not a
+// Acquire returns a *store.Error within Options.Timeout, not a
 // hang.
 func TestRedisPausedFailsFast(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	srv := redistest.Start(t)
-	store, _ := dialStore(t, srv.Addr(), redisstore.Options{Prefix: uniquePrefix(), Timeout: timeout})
-	m := fleetManager(t, store, 1, 0, nil)
+	rs, _ := dialStore(t, srv.Addr(), redisstore.Options{Prefix: uniquePrefix(), Timeout: timeout})
+	m := fleetManager(t, rs, 1, 0, nil)
 	acquireWithin(t, m, "http://paused.test/", 5*time.Second).Release(nil, nil) // a pooled connection
 
 	require.NoError(t, srv.Pause())
@@ -592,9 +593,9 @@ func TestRedisPausedFailsFast(t *testing.T) {
 		took := time.Since(start)
 		t.Logf("%s with Redis paused: %v after %v (Options.Timeout %v)", op, r.err, took.Round(time.Millisecond), timeout)
 		require.Nil(t, r.p)
-		var se *throttle.StoreError
+		var se *store.Error
 		require.ErrorAs(t, r.err, &se)
-		require.ErrorIs(t, r.err, throttle.ErrStoreUnavailable)
+		require.ErrorIs(t, r.err, store.ErrUnavailable)
 		require.Equal(t, "admit", se.Op)
 		require.Less(t, took, timeout+time.Second)
 	}
@@ -683,14 +684,14 @@ func (s errCountingStore) count(after bool, err error) {
 	}
 }
 
-func (s errCountingStore) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+func (s errCountingStore) Admit(ctx context.Context, req *store.Request) (store.Answer, error) {
 	after := s.after.Load()
 	ans, err := s.Store.Admit(ctx, req)
 	s.count(after, err)
 	return ans, err
 }
 
-func (s errCountingStore) Release(ctx context.Context, rel *throttle.StoreRelease) (throttle.StoreReleaseAnswer, error) {
+func (s errCountingStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
 	after := s.after.Load()
 	ans, err := s.Store.Release(ctx, rel)
 	s.count(after, err)

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,7 +66,7 @@ type call struct {
 	// For an admission: its lease and scopes, given back if Redis admitted
 	// it after its caller left.
 	lease  string
-	scopes []throttle.StoreScope
+	scopes []store.Scope
 }
 
 // newCall starts the command of a call to sc on nkeys keys: the caller

@@ -14,6 +14,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/throttletest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -95,7 +96,7 @@ func TestAbandonedAdmissionGivenBack(t *testing.T) {
 	clock := throttletest.NewClock(time.Now())
 	s, client := newStore(t, srv, redisstore.Options{Clock: clock, Timeout: 5 * time.Second, LeaseTTL: time.Minute})
 	key := s.Key("gone.test")
-	admit := &throttle.StoreRequest{Lease: "abandoned", Scopes: []throttle.StoreScope{{Key: "gone.test", Concurrency: 1, Cost: 1, Quota: 10, Window: time.Hour}}}
+	admit := &store.Request{Lease: "abandoned", Scopes: []store.Scope{{Key: "gone.test", Concurrency: 1, Cost: 1, Quota: 10, Window: time.Hour}}}
 
 	require.NoError(t, srv.Pause())
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -126,7 +127,7 @@ func TestAbandonedAdmissionGivenBack(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// The slot is free: another admission gets it.
-	ans, err := s.Admit(context.Background(), &throttle.StoreRequest{Lease: "next", Scopes: []throttle.StoreScope{{Key: "gone.test", Concurrency: 1, Cost: 1, Quota: 10, Window: time.Hour}}})
+	ans, err := s.Admit(context.Background(), &store.Request{Lease: "next", Scopes: []store.Scope{{Key: "gone.test", Concurrency: 1, Cost: 1, Quota: 10, Window: time.Hour}}})
 	require.NoError(t, err)
 	require.True(t, ans.Admitted, "slot still taken: %+v", ans)
 	// No renewal of the abandoned lease either: only "next" is held.
@@ -201,7 +202,7 @@ func TestRenewOneRoundTrip(t *testing.T) {
 // caller's deadline has passed by its clock, which the store estimates to
 // within half a round trip; when Redis sees it pass before the caller's
 // own clock does, Acquire returns a *WaitError wrapping
-// context.DeadlineExceeded (the caller gave up), not a *StoreError, and
+// context.DeadlineExceeded (the caller gave up), not a *store.Error, and
 // with FallbackLocal the store is not taken for down.
 func TestDeadlinePassedInRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
@@ -226,7 +227,7 @@ func TestDeadlinePassedInRedisTime(t *testing.T) {
 		var we *throttle.WaitError
 		require.ErrorAs(t, err, &we, "%v: %v", failure, err)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NotErrorIs(t, err, throttle.ErrStoreUnavailable)
+		require.NotErrorIs(t, err, store.ErrUnavailable)
 
 		// Without a deadline of the caller's, the store goes on.
 		p, err = m.Acquire(context.Background(), r)
@@ -243,7 +244,7 @@ func TestDeadlinePassedInRedisTime(t *testing.T) {
 func TestClockEstimateHeals(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := newStore(t, srv, redisstore.Options{})
-	one := &throttle.StoreRequest{Scopes: []throttle.StoreScope{{Key: "heal.test", Concurrency: 100, Cost: 1}}}
+	one := &store.Request{Scopes: []store.Scope{{Key: "heal.test", Concurrency: 100, Cost: 1}}}
 	admit := func() error {
 		one.Lease = fmt.Sprint(time.Now().UnixNano())
 		_, err := s.Admit(context.Background(), one)

@@ -11,6 +11,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/throttletest"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,11 +43,11 @@ func req(t testing.TB, host string) *http.Request {
 	return r
 }
 
-func sharedManager(t testing.TB, store throttle.Store, clock throttle.Clock, f func(*throttle.Config)) *throttle.ThrottlingManager {
+func sharedManager(t testing.TB, st store.Store, clock throttle.Clock, f func(*throttle.Config)) *throttle.ThrottlingManager {
 	t.Helper()
 	cfg := throttle.DefaultConfig()
 	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter, cfg.Default.Backoff.Jitter = 0, 0, throttle.Jitter{}, throttle.Jitter{}
-	cfg.Store, cfg.Clock = store, clock
+	cfg.Store, cfg.Clock = st, clock
 	cfg.Robots.Enabled = false
 	if f != nil {
 		f(&cfg)

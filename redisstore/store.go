@@ -1,4 +1,4 @@
-// Package redisstore is a throttle.Store on Redis: worker processes and
+// Package redisstore is a store.Store on Redis: worker processes and
 // machines that crawl the same sites share one set of limits, and what one
 // worker learns (a 429, a Retry-After, AutoThrottle's delay, a rampup
 // level) slows or speeds all of them.
@@ -90,7 +90,7 @@
 //
 // Each call is bounded by Options.Timeout. What the manager then does is
 // throttle.Config.StoreFailure: FailClosed (Acquire returns a
-// *throttle.StoreError) or FallbackLocal. Concurrent calls share
+// *store.Error) or FallbackLocal. Concurrent calls share
 // pipelines, and on a cluster a pipeline is answered once every node in it
 // has answered: while a master is unreachable, a call to a healthy master
 // that shares a pipeline with a call to it may time out too.
@@ -130,7 +130,7 @@
 //     Cluster's default, cluster-require-full-coverage yes): 0.7 to 1.2s
 //     measured. Besides, their calls may time out while the dead master's
 //     do, when they share a pipeline (see Failures).
-//   - With FailClosed, Acquire returns a *throttle.StoreError for those
+//   - With FailClosed, Acquire returns a *store.Error for those
 //     calls; a waiter gets it at its next attempt, unless its deadline
 //     comes first. No limit is exceeded (measured: none), but for the lost
 //     writes and expired leases below.
@@ -212,6 +212,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -252,7 +253,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Store is a throttle.Store on Redis. Make it with New; Close it when done.
+// Store is a store.Store on Redis. Make it with New; Close it when done.
 type Store struct {
 	rdb     redis.UniversalClient
 	opts    Options
@@ -504,10 +505,10 @@ func us(d time.Duration) int64 { return d.Microseconds() }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// Admit implements throttle.Store.
-func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+// Admit implements store.Store.
+func (s *Store) Admit(ctx context.Context, req *store.Request) (store.Answer, error) {
 	if len(req.Scopes) == 0 {
-		return throttle.StoreAnswer{}, errors.New("redisstore: a request without scopes")
+		return store.Answer{}, errors.New("redisstore: a request without scopes")
 	}
 	if !s.opts.Cluster || len(req.Scopes) == 1 {
 		return s.admit(ctx, req.Lease, req.Scopes, 0)
@@ -517,7 +518,7 @@ func (s *Store) Admit(ctx context.Context, req *throttle.StoreRequest) (throttle
 
 // admit runs admit.lua on scopes; base is the index of scopes[0] in the
 // request, for the answer's Scope.
-func (s *Store) admit(caller context.Context, lease string, scopes []throttle.StoreScope, base int) (throttle.StoreAnswer, error) {
+func (s *Store) admit(caller context.Context, lease string, scopes []store.Scope, base int) (store.Answer, error) {
 	dl, callers := s.bound(caller)
 	c := newCall(admitLua, len(scopes), true)
 	defer free(c)
@@ -539,23 +540,23 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 			s.clockKnown.Store(false)
 		}
 		if callerLeft(err, callers) {
-			return throttle.StoreAnswer{}, &throttle.WaitError{Err: context.DeadlineExceeded}
+			return store.Answer{}, store.ErrPastDeadline
 		}
-		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
+		return store.Answer{}, fmt.Errorf("redisstore: admit: %w", err)
 	}
 	res, err := c.cmd.Slice()
 	if err != nil {
-		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %w", err)
+		return store.Answer{}, fmt.Errorf("redisstore: admit: %w", err)
 	}
 	if len(res) != 5+4*len(scopes) {
-		return throttle.StoreAnswer{}, fmt.Errorf("redisstore: admit: %d values in the reply", len(res))
+		return store.Answer{}, fmt.Errorf("redisstore: admit: %d values in the reply", len(res))
 	}
-	ans := throttle.StoreAnswer{
+	ans := store.Answer{
 		Admitted: toInt(res[0]) == 1,
 		Now:      time.UnixMicro(toInt(res[1])),
 		Reason:   reasons[min(max(toInt(res[3]), 0), int64(len(reasons)-1))],
 		Scope:    int(toInt(res[4])) - 1,
-		Learned:  make([]throttle.StoreLearned, len(scopes)),
+		Learned:  make([]store.Learned, len(scopes)),
 	}
 	if s.opts.Clock == nil {
 		s.noteClock(c.sent, c.recv, ans.Now)
@@ -567,7 +568,7 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 		ans.Scope += base
 	}
 	if ans.Admitted {
-		ans.Tickets = make([]throttle.StoreTicket, len(scopes))
+		ans.Tickets = make([]store.Ticket, len(scopes))
 	}
 	held := &heldLease{}
 	if len(scopes) == 1 {
@@ -576,7 +577,7 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 	for i := range scopes {
 		r := res[5+4*i:]
 		if ans.Admitted {
-			ans.Tickets[i] = throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
+			ans.Tickets[i] = store.Ticket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
 			held.keys = append(held.keys, c.key(i))
 			held.slots = append(held.slots, ans.Tickets[i].Slot)
 		}
@@ -598,8 +599,8 @@ func (s *Store) admit(caller context.Context, lease string, scopes []throttle.St
 	return ans, nil
 }
 
-var reasons = []throttle.Reason{throttle.ReasonNone, throttle.ReasonConcurrency, throttle.ReasonDelay,
-	throttle.ReasonSlotDelay, throttle.ReasonGate, throttle.ReasonQuota}
+var reasons = []store.Reason{store.ReasonNone, store.ReasonConcurrency, store.ReasonDelay,
+	store.ReasonSlotDelay, store.ReasonGate, store.ReasonQuota}
 
 func toInt(v any) int64 {
 	switch x := v.(type) {
@@ -615,14 +616,14 @@ func toInt(v any) int64 {
 // admitEach is the Cluster rule: scope by scope in key order; on a
 // refusal, the scopes admitted so far get their lease back and their
 // quota cost refunded.
-func (s *Store) admitEach(ctx context.Context, req *throttle.StoreRequest) (throttle.StoreAnswer, error) {
+func (s *Store) admitEach(ctx context.Context, req *store.Request) (store.Answer, error) {
 	order := make([]int, len(req.Scopes))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(req.Scopes[a].Key, req.Scopes[b].Key) })
-	all := throttle.StoreAnswer{Admitted: true, Scope: -1,
-		Tickets: make([]throttle.StoreTicket, len(req.Scopes)), Learned: make([]throttle.StoreLearned, len(req.Scopes))}
+	all := store.Answer{Admitted: true, Scope: -1,
+		Tickets: make([]store.Ticket, len(req.Scopes)), Learned: make([]store.Learned, len(req.Scopes))}
 	var taken []int
 	for _, i := range order {
 		ans, err := s.admit(ctx, req.Lease, req.Scopes[i:i+1], i)
@@ -630,7 +631,7 @@ func (s *Store) admitEach(ctx context.Context, req *throttle.StoreRequest) (thro
 			s.cancel(req, taken, all.Tickets)
 			all.Admitted, all.At, all.Reason, all.Scope, all.Tickets = false, ans.At, ans.Reason, ans.Scope, nil
 			if err != nil {
-				return throttle.StoreAnswer{}, err
+				return store.Answer{}, err
 			}
 			all.Now = ans.Now
 			all.Learned[i] = ans.Learned[0]
@@ -645,14 +646,14 @@ func (s *Store) admitEach(ctx context.Context, req *throttle.StoreRequest) (thro
 }
 
 // cancel gives back the leases of a partial admission.
-func (s *Store) cancel(req *throttle.StoreRequest, taken []int, tickets []throttle.StoreTicket) {
+func (s *Store) cancel(req *store.Request, taken []int, tickets []store.Ticket) {
 	if len(taken) == 0 {
 		return
 	}
-	rel := throttle.StoreRelease{Lease: req.Lease}
+	rel := store.Release{Lease: req.Lease}
 	for _, i := range taken {
 		sc := &req.Scopes[i]
-		rel.Scopes = append(rel.Scopes, throttle.StoreReleaseScope{Key: sc.Key, Ticket: tickets[i],
+		rel.Scopes = append(rel.Scopes, store.ReleaseScope{Key: sc.Key, Ticket: tickets[i],
 			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window})
 	}
 	if _, err := s.Release(context.Background(), &rel); err != nil {
@@ -660,15 +661,15 @@ func (s *Store) cancel(req *throttle.StoreRequest, taken []int, tickets []thrott
 	}
 }
 
-// Release implements throttle.Store.
-func (s *Store) Release(ctx context.Context, rel *throttle.StoreRelease) (throttle.StoreReleaseAnswer, error) {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
 	if len(rel.Scopes) == 0 {
-		return throttle.StoreReleaseAnswer{}, nil
+		return store.ReleaseAnswer{}, nil
 	}
 	if !s.opts.Cluster || len(rel.Scopes) == 1 {
 		return s.release(ctx, rel.Lease, rel.Scopes, 0)
 	}
-	var all throttle.StoreReleaseAnswer
+	var all store.ReleaseAnswer
 	var errs []error
 	for i := range rel.Scopes {
 		ans, err := s.release(ctx, rel.Lease, rel.Scopes[i:i+1], i)
@@ -678,7 +679,7 @@ func (s *Store) Release(ctx context.Context, rel *throttle.StoreRelease) (thrott
 	return all, errors.Join(errs...)
 }
 
-func (s *Store) release(ctx context.Context, lease string, scopes []throttle.StoreReleaseScope, base int) (throttle.StoreReleaseAnswer, error) {
+func (s *Store) release(ctx context.Context, lease string, scopes []store.ReleaseScope, base int) (store.ReleaseAnswer, error) {
 	if lease != "" {
 		s.mu.Lock()
 		delete(s.leases, lease)
@@ -688,15 +689,15 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 	defer free(c)
 	dl, _ := s.bound(ctx)
 	if err := s.run(ctx, dl, c); err != nil {
-		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+		return store.ReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
 	}
 	res, err := c.cmd.Slice()
 	if err != nil {
-		return throttle.StoreReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
+		return store.ReleaseAnswer{}, fmt.Errorf("redisstore: release: %w", err)
 	}
-	var ans throttle.StoreReleaseAnswer
+	var ans store.ReleaseAnswer
 	for i := 0; i+2 < len(res); i += 3 {
-		c := throttle.StoreConflict{Scope: int(toInt(res[i])) - 1 + base, Learned: throttle.StoreLearned{Version: toInt(res[i+1])}}
+		c := store.Conflict{Scope: int(toInt(res[i])) - 1 + base, Learned: store.Learned{Version: toInt(res[i+1])}}
 		if d, _ := res[i+2].(string); d != "" {
 			c.Learned.Data = []byte(d)
 		}
@@ -707,7 +708,7 @@ func (s *Store) release(ctx context.Context, lease string, scopes []throttle.Sto
 
 // releaseCall is release.lua's call for a lease on scopes (waited: see
 // newCall).
-func (s *Store) releaseCall(lease string, scopes []throttle.StoreReleaseScope, waited bool) *call {
+func (s *Store) releaseCall(lease string, scopes []store.ReleaseScope, waited bool) *call {
 	c := newCall(releaseLua, len(scopes), waited)
 	for i := range scopes {
 		c.args = append(c.args, s.keyArgs(scopes[i].Key).key)
@@ -749,22 +750,22 @@ func intArg(v int64) any {
 // before the reply (cmd) came: its leases, and its quota costs, are given
 // back at once instead of expiring after LeaseTTL. Nil when the reply
 // refused it.
-func (s *Store) giveBack(cmd *redis.Cmd, lease string, scopes []throttle.StoreScope) *call {
+func (s *Store) giveBack(cmd *redis.Cmd, lease string, scopes []store.Scope) *call {
 	res, err := cmd.Slice()
 	if err != nil || len(res) != 5+4*len(scopes) || toInt(res[0]) != 1 {
 		return nil
 	}
-	rel := make([]throttle.StoreReleaseScope, len(scopes))
+	rel := make([]store.ReleaseScope, len(scopes))
 	for i := range scopes {
 		sc := &scopes[i]
 		r := res[5+4*i:]
-		rel[i] = throttle.StoreReleaseScope{Key: sc.Key, Ticket: throttle.StoreTicket{Slot: int(toInt(r[0])), Window: toInt(r[1])},
+		rel[i] = store.ReleaseScope{Key: sc.Key, Ticket: store.Ticket{Slot: int(toInt(r[0])), Window: toInt(r[1])},
 			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window}
 	}
 	return s.releaseCall(lease, rel, false)
 }
 
-// Watch implements throttle.Store: one subscription to the release
+// Watch implements store.Store: one subscription to the release
 // channel for the whole store, made by the first watcher (it returns once
 // Redis confirmed it, so no release after Watch is missed) and kept until
 // Close; go-redis resubscribes after a reconnection.
@@ -882,4 +883,4 @@ func (s *Store) Renew(ctx context.Context) int {
 	return renewed
 }
 
-var _ throttle.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,7 +38,7 @@ func newStore(t testing.TB, srv *redistest.Server, opts redisstore.Options) (*re
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	storetest.Run(t, func(t *testing.T, clock throttle.Clock) throttle.Store {
+	storetest.Run(t, func(t *testing.T, clock throttle.Clock) store.Store {
 		s, _ := newStore(t, srv, redisstore.Options{Clock: clock})
 		return s
 	})
@@ -45,7 +46,7 @@ func TestConformance(t *testing.T) {
 
 func TestConformanceClusterRule(t *testing.T) {
 	srv := redistest.Start(t)
-	storetest.Run(t, func(t *testing.T, clock throttle.Clock) throttle.Store {
+	storetest.Run(t, func(t *testing.T, clock throttle.Clock) store.Store {
 		s, _ := newStore(t, srv, redisstore.Options{Clock: clock, Cluster: true})
 		return s
 	}, storetest.PartialAdmission())
@@ -84,8 +85,8 @@ func TestKeyExpiryRenewedSparingly(t *testing.T) {
 	renewals := map[string]bool{} // the expiries admit.lua recorded (field e)
 	for time.Since(start) < idle {
 		lease := "l" + strconv.Itoa(admissions)
-		ans, err := s.Admit(ctx, &throttle.StoreRequest{Lease: lease,
-			Scopes: []throttle.StoreScope{{Key: "busy.test", Cost: 1, Concurrency: 1, Jitter: 1}}})
+		ans, err := s.Admit(ctx, &store.Request{Lease: lease,
+			Scopes: []store.Scope{{Key: "busy.test", Cost: 1, Concurrency: 1, Jitter: 1}}})
 		if err != nil || !ans.Admitted {
 			t.Fatalf("admission %d: %v %+v", admissions, err, ans)
 		}
@@ -98,8 +99,8 @@ func TestKeyExpiryRenewedSparingly(t *testing.T) {
 			t.Fatalf("admission %d: no expiry recorded in the hash", admissions)
 		}
 		renewals[e] = true
-		if _, err := s.Release(ctx, &throttle.StoreRelease{Lease: lease,
-			Scopes: []throttle.StoreReleaseScope{{Key: "busy.test", Ticket: ans.Tickets[0], QuotaFloor: -1}}}); err != nil {
+		if _, err := s.Release(ctx, &store.Release{Lease: lease,
+			Scopes: []store.ReleaseScope{{Key: "busy.test", Ticket: ans.Tickets[0], QuotaFloor: -1}}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -29,6 +29,7 @@ import (
 	"net/http"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 )
 
 // DefaultAttempts is the number of attempts in all (the first and two
@@ -136,7 +137,7 @@ var notRetried = []error{
 	throttle.ErrInvalidConfig,
 	throttle.ErrScopeRefusing,
 	throttle.ErrTooManyWaiting,
-	throttle.ErrStoreUnavailable,
+	store.ErrUnavailable,
 }
 
 // RoundTrip implements http.RoundTripper: it sends req through Next, then

@@ -16,6 +16,7 @@ import (
 
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/retry"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/throttletest"
 )
 
@@ -499,7 +500,7 @@ func TestDefaultRetry(t *testing.T) {
 		{"deadline", nil, fmt.Errorf("get: %w", context.DeadlineExceeded), false},
 		{"too many waiting", nil, fmt.Errorf("%w (Config.MaxWaiting 1)", throttle.ErrTooManyWaiting), false},
 		{"refusing", nil, &throttle.WaitError{Scope: "a.example", Err: throttle.ErrScopeRefusing}, false},
-		{"store", nil, &throttle.StoreError{Op: "admit", Err: errors.New("down")}, false},
+		{"store", nil, &store.Error{Op: "admit", Err: errors.New("down")}, false},
 		{"no host", nil, throttle.ErrNoHost, false},
 		{"nothing", nil, nil, false},
 	} {

@@ -1,9 +1,9 @@
-// Package storetest is the conformance suite every throttle.Store runs:
+// Package storetest is the conformance suite every store.Store runs:
 // two managers (two workers) share one store and a fake clock, and each
 // rule of admission and each kind of learned state must hold across them.
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T, clock throttle.Clock) throttle.Store {
+//		storetest.Run(t, func(t *testing.T, clock throttle.Clock) store.Store {
 //			return mystore.New(..., clock)
 //		})
 //	}
@@ -21,13 +21,14 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 	"github.com/crawlerkit/throttle/throttletest"
 )
 
 // NewStore returns an empty store on clock. Each call must return a store
 // whose state is independent of the stores returned before (a fresh key
 // prefix, say).
-type NewStore func(t *testing.T, clock throttle.Clock) throttle.Store
+type NewStore func(t *testing.T, clock throttle.Clock) store.Store
 
 // An Option changes what the suite expects.
 type Option func(*options)
@@ -77,7 +78,7 @@ type pair struct {
 	opts  options
 	t     *testing.T
 	clock *throttletest.Clock
-	store throttle.Store
+	store store.Store
 }
 
 // config is a scope with no jitter and no delays unless a test sets them.
@@ -411,8 +412,8 @@ func testRelease(t *testing.T, p *pair) {
 	a.Release(ok200, nil) // must not free b's slot
 	mustRefuse(t, w1, r, throttle.ReasonConcurrency, time.Time{})
 	b.Release(ok200, nil)
-	ans, err := p.store.Release(context.Background(), &throttle.StoreRelease{
-		Lease: "no-such-lease", Scopes: []throttle.StoreReleaseScope{{Key: "a.test", QuotaFloor: -1}}})
+	ans, err := p.store.Release(context.Background(), &store.Release{
+		Lease: "no-such-lease", Scopes: []store.ReleaseScope{{Key: "a.test", QuotaFloor: -1}}})
 	if err != nil || len(ans.Conflicts) != 0 {
 		t.Fatalf("releasing an unknown lease: %v, %v", ans, err)
 	}
@@ -424,8 +425,8 @@ func testRelease(t *testing.T, p *pair) {
 // store has none), and handed out only to callers holding an older one.
 func testVersions(t *testing.T, p *pair) {
 	ctx := context.Background()
-	rel := func(v int64, data string) throttle.StoreReleaseAnswer {
-		ans, err := p.store.Release(ctx, &throttle.StoreRelease{Scopes: []throttle.StoreReleaseScope{{
+	rel := func(v int64, data string) store.ReleaseAnswer {
+		ans, err := p.store.Release(ctx, &store.Release{Scopes: []store.ReleaseScope{{
 			Key: "v.test", QuotaFloor: -1, Learned: true, Version: v, Data: []byte(data),
 			Delay: 0, Concurrency: 10}}})
 		if err != nil {
@@ -442,8 +443,8 @@ func testVersions(t *testing.T, p *pair) {
 	if ans := rel(1, `{"v":1,"y":2}`); len(ans.Conflicts) != 0 {
 		t.Fatalf("record on the current version refused: %+v", ans)
 	}
-	admit := func(v int64) throttle.StoreAnswer {
-		ans, err := p.store.Admit(ctx, &throttle.StoreRequest{Lease: "l" + strconv.FormatInt(v, 10), Scopes: []throttle.StoreScope{{
+	admit := func(v int64) store.Answer {
+		ans, err := p.store.Admit(ctx, &store.Request{Lease: "l" + strconv.FormatInt(v, 10), Scopes: []store.Scope{{
 			Key: "v.test", Cost: 1, Concurrency: 10, Jitter: 1, Version: v}}})
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 	"golang.org/x/time/rate"
 )
 
@@ -40,7 +41,7 @@ type Env struct {
 	Limit float64
 	// Store is the store the run's instances share, when the policy has
 	// NewStore; nil otherwise.
-	Store throttle.Store
+	Store store.Store
 }
 
 // A PolicySpec names a policy and makes its instances.
@@ -58,7 +59,7 @@ type PolicySpec struct {
 	// NewStore, when not nil, makes one store per run on the run's clock,
 	// which every instance gets in Env.Store: one manager per process
 	// sharing their state, as a fleet on Redis.
-	NewStore func(clock throttle.Clock) throttle.Store
+	NewStore func(clock throttle.Clock) store.Store
 	// Ready makes the workers take their requests from a
 	// throttle.ReadyQueue on the policy's manager (the request that can
 	// start soonest, fed from the frontier when none can start now)
@@ -327,7 +328,7 @@ func (p *ratePolicy) Done(_ time.Time, tk any, _ Response) { tk.(*rateHost).inFl
 
 // StorePolicy is throttle's default configuration with one manager per
 // process, all sharing the store newStore makes: the fleet set-up.
-func StorePolicy(name, about string, newStore func(throttle.Clock) throttle.Store) PolicySpec {
+func StorePolicy(name, about string, newStore func(throttle.Clock) store.Store) PolicySpec {
 	p := ThrottleDefault()
 	p.Name, p.About, p.NewStore = name, about, newStore
 	return p

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
@@ -33,16 +34,16 @@ func Run(sc Scenario, p PolicySpec, seed uint64) Result {
 	r.rec.hosts = make(map[string]int32)
 	r.srv = sc.NewServer(Epoch, rand.New(rand.NewPCG(deriveSeed(seed, sc.Name, "server"), 1)))
 	clients := max(sc.Clients, 1)
-	var store throttle.Store
+	var st store.Store
 	if p.NewStore != nil {
-		store = p.NewStore(r.loop.Clock())
+		st = p.NewStore(r.loop.Clock())
 	}
 	for i := range clients {
 		var in *instance
 		if p.Shared && i > 0 {
 			in = r.insts[0]
 		} else {
-			env := Env{Clock: r.loop.Clock(), Seed: deriveSeed(seed, sc.Name, p.Name, "policy", strconv.Itoa(i)), Limit: sc.Limit, Store: store}
+			env := Env{Clock: r.loop.Clock(), Seed: deriveSeed(seed, sc.Name, p.Name, "policy", strconv.Itoa(i)), Limit: sc.Limit, Store: st}
 			in = &instance{pol: p.New(env), queues: make(map[string]*hostQueue), knownGate: make(map[string]time.Time)}
 			r.insts = append(r.insts, in)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/store"
 )
 
 // A Scenario is a server model, a client setup and the policies to run
@@ -231,13 +232,13 @@ func SkewScenario(d time.Duration) Scenario {
 // whose agreed rate is 1 req/s (the throttle's default politeness); the
 // site answers 200 in 50 ms and enforces nothing. Every policy runs once
 // per process, sharing nothing; throttle/memstore is one manager per
-// process sharing a throttle.MemoryStore (the redisstore module runs the
+// process sharing a store.Memory (the redisstore module runs the
 // same scenario on Redis). The second half is measured; OKPerCapacity is
 // the rate over the agreed one.
 func FleetScenario(n int, d time.Duration) Scenario {
 	d = or(d, 10*time.Minute)
-	shared := StorePolicy("throttle/memstore", "throttle DefaultConfig, a manager per process sharing a MemoryStore",
-		func(c throttle.Clock) throttle.Store { return throttle.NewMemoryStore(c) })
+	shared := StorePolicy("throttle/memstore", "throttle DefaultConfig, a manager per process sharing a store.Memory",
+		func(c throttle.Clock) store.Store { return store.NewMemory(c) })
 	return Scenario{
 		Name:     "fleet",
 		About:    fmt.Sprintf("%d processes x 4 workers, one site, agreed rate 1 req/s, 200 in 50 ms, nothing enforced", n),

@@ -1,5 +1,5 @@
 -- admit.lua: admit one request on all of its scopes at once, or on none.
--- The same checks, in the same order, as throttle.MemoryStore.Admit.
+-- The same checks, in the same order, as store.Memory.Admit.
 --
 -- KEYS: each scope's state hash.
 -- ARGV: now_us ('' = Redis TIME), lease, lease_ttl_ms, idle_ttl_ms, n,

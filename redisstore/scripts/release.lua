@@ -1,5 +1,5 @@
 -- release.lua: end a lease and store what the request taught.
--- The same steps as throttle.MemoryStore.Release.
+-- The same steps as store.Memory.Release.
 --
 -- KEYS: each scope's state hash (see admit.lua).
 -- ARGV: now_us ('' = Redis TIME), lease ('' = learned state only),

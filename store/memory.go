@@ -1,4 +1,4 @@
-package throttle
+package store
 
 import (
 	"context"
@@ -6,21 +6,23 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
-// MemoryStore is a Store in this process's memory, for managers of one
-// process that must share their limits (one per simulated worker in the
-// simulator, tests). It admits with the default scope's own rules (the
-// same code), which the redisstore scripts follow.
+// Memory is a Store in this process's memory, for managers of one process
+// that must share their limits (one per simulated worker in the simulator,
+// tests). It admits with the rules of throttle's default scope (the same
+// code), which the redisstore scripts follow.
 //
 // Its leases never expire: the managers that hold them live in the same
 // process. Scopes with no lease, nothing pending and nothing learned for
 // an hour are forgotten.
 //
-// A MemoryStore is safe for concurrent use by multiple goroutines and
-// managers. The zero value is not usable (its methods panic): make one with
-// NewMemoryStore.
-type MemoryStore struct {
+// A Memory is safe for concurrent use by multiple goroutines and managers.
+// The zero value is not usable (its methods panic): make one with
+// NewMemory.
+type Memory struct {
 	clock Clock
 
 	mu       sync.Mutex
@@ -30,11 +32,19 @@ type MemoryStore struct {
 	nextID   int
 }
 
-// memScope is one scope's state in a MemoryStore, as redisstore keeps it
+// A Clock tells a Memory the time. throttle.Clock satisfies it, and so
+// does the fake clock of package throttletest, so managers and their
+// store can share one. A Clock must be safe for concurrent use.
+type Clock interface {
+	// Now returns the current time. It should never go back.
+	Now() time.Time
+}
+
+// memScope is one scope's state in a Memory, as redisstore keeps it
 // in a hash.
 type memScope struct {
 	leases map[string]int // lease -> slot
-	adm    admission
+	adm    admission.State
 	jitter float64 // factor drawn at the previous start
 	// learned state
 	version int64
@@ -45,22 +55,27 @@ type memScope struct {
 	touched time.Time
 }
 
-// memStoreIdle is how long a MemoryStore keeps an unused scope.
-const memStoreIdle = time.Hour
+// memIdle is how long a Memory keeps an unused scope.
+const memIdle = time.Hour
 
-// NewMemoryStore returns an empty MemoryStore on clock (nil: the real
-// clock). Managers sharing it should share the clock too.
-func NewMemoryStore(clock Clock) *MemoryStore {
+// NewMemory returns an empty Memory on clock (nil: the real clock).
+// Managers sharing it should share the clock too.
+func NewMemory(clock Clock) *Memory {
 	if clock == nil {
-		clock = newRealClock()
+		clock = realClock{}
 	}
-	return &MemoryStore{clock: clock, scopes: make(map[string]*memScope), watchers: make(map[int]func(string))}
+	return &Memory{clock: clock, scopes: make(map[string]*memScope), watchers: make(map[int]func(string))}
 }
 
+// realClock is the Clock of NewMemory(nil).
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
 // Admit implements Store.
-func (ms *MemoryStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswer, error) {
+func (ms *Memory) Admit(ctx context.Context, req *Request) (Answer, error) {
 	if err := ctx.Err(); err != nil {
-		return StoreAnswer{}, err
+		return Answer{}, err
 	}
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
@@ -68,7 +83,7 @@ func (ms *MemoryStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswe
 	if !now.Before(ms.sweepAt) {
 		ms.sweep(now)
 	}
-	ans := StoreAnswer{Now: now, Scope: -1, Learned: make([]StoreLearned, len(req.Scopes))}
+	ans := Answer{Now: now, Scope: -1, Learned: make([]Learned, len(req.Scopes))}
 	states := make([]*memScope, len(req.Scopes))
 	blocked := false
 	for i := range req.Scopes {
@@ -81,7 +96,7 @@ func (ms *MemoryStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswe
 		st.touched = now
 		states[i] = st
 		if st.version > sc.Version {
-			ans.Learned[i] = StoreLearned{Version: st.version, Data: st.data}
+			ans.Learned[i] = Learned{Version: st.version, Data: st.data}
 		}
 		if blocked {
 			continue
@@ -99,7 +114,7 @@ func (ms *MemoryStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswe
 		return ans, nil
 	}
 	ans.Admitted, ans.At = true, time.Time{}
-	ans.Tickets = make([]StoreTicket, len(req.Scopes))
+	ans.Tickets = make([]Ticket, len(req.Scopes))
 	for i, st := range states {
 		ans.Tickets[i] = st.start(now, req.Lease, &req.Scopes[i])
 	}
@@ -108,7 +123,7 @@ func (ms *MemoryStore) Admit(ctx context.Context, req *StoreRequest) (StoreAnswe
 
 // effective returns the scope's concurrency and delay: the shared values
 // stored with the learned state, else the request's.
-func (st *memScope) effective(sc *StoreScope) (int, time.Duration) {
+func (st *memScope) effective(sc *Scope) (int, time.Duration) {
 	if st.hasEff {
 		return st.conc, st.delay
 	}
@@ -117,30 +132,36 @@ func (st *memScope) effective(sc *StoreScope) (int, time.Duration) {
 
 // limits are the admission limits of sc: the shared concurrency and delay
 // (the latter scaled by the jitter factor drawn at the previous start).
-func (st *memScope) limits(sc *StoreScope) limits {
+func (st *memScope) limits(sc *Scope) admission.Limits {
 	conc, delay := st.effective(sc)
-	return limits{conc: int32(min(conc, math.MaxInt32)), gap: scaleDuration(delay, st.jitter), gapWhy: ReasonDelay}
+	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: admission.ScaleDuration(delay, st.jitter), GapWhy: admission.Delay}
 }
 
-// admit is one scope's check (admission.check).
-func (st *memScope) admit(now time.Time, sc *StoreScope) (time.Time, Reason) {
+// admit is one scope's check (admission.State.Check).
+func (st *memScope) admit(now time.Time, sc *Scope) (time.Time, Reason) {
 	l := st.limits(sc)
-	return st.adm.check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	at, why := st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	return at, reasons[why]
 }
+
+// reasons are the admission rules' reasons as a Store answers them.
+var reasons = [...]Reason{admission.None: ReasonNone, admission.Concurrency: ReasonConcurrency,
+	admission.Delay: ReasonDelay, admission.SlotDelay: ReasonSlotDelay, admission.Gate: ReasonGate,
+	admission.Quota: ReasonQuota}
 
 // start records an admitted start under lease.
-func (st *memScope) start(now time.Time, lease string, sc *StoreScope) StoreTicket {
+func (st *memScope) start(now time.Time, lease string, sc *Scope) Ticket {
 	l := st.limits(sc)
-	var t StoreTicket
-	t.Slot, t.Window = st.adm.start(now, l.conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	var t Ticket
+	t.Slot, t.Window = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
 	st.leases[lease] = t.Slot
 	st.jitter = sc.Jitter
 	return t
 }
 
 // Release implements Store.
-func (ms *MemoryStore) Release(ctx context.Context, rel *StoreRelease) (StoreReleaseAnswer, error) {
-	var ans StoreReleaseAnswer
+func (ms *Memory) Release(ctx context.Context, rel *Release) (ReleaseAnswer, error) {
+	var ans ReleaseAnswer
 	var ended []string
 	ms.mu.Lock()
 	now := ms.clock.Now()
@@ -155,19 +176,19 @@ func (ms *MemoryStore) Release(ctx context.Context, rel *StoreRelease) (StoreRel
 		if rel.Lease != "" {
 			if i, ok := st.leases[rel.Lease]; ok {
 				delete(st.leases, rel.Lease)
-				st.adm.finish(i)
+				st.adm.Finish(i)
 				ended = append(ended, rs.Key)
 			}
 		}
-		st.adm.setGate(rs.Gate)
-		if st.adm.quota.set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
-			st.adm.quota.correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
+		st.adm.SetGate(rs.Gate)
+		if st.adm.Quota.Set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
+			st.adm.Quota.Correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
 		}
 		if rs.Learned {
 			// A store that lost its record (version 0) takes the
 			// caller's, so workers restore what a restarted store lost.
 			if st.version != 0 && st.version != rs.Version {
-				ans.Conflicts = append(ans.Conflicts, StoreConflict{Scope: i, Learned: StoreLearned{Version: st.version, Data: st.data}})
+				ans.Conflicts = append(ans.Conflicts, Conflict{Scope: i, Learned: Learned{Version: st.version, Data: st.data}})
 				continue
 			}
 			st.version = max(st.version, rs.Version) + 1
@@ -191,7 +212,7 @@ func (ms *MemoryStore) Release(ctx context.Context, rel *StoreRelease) (StoreRel
 }
 
 // Watch implements Store.
-func (ms *MemoryStore) Watch(fn func(key string)) (stop func()) {
+func (ms *Memory) Watch(fn func(key string)) (stop func()) {
 	ms.mu.Lock()
 	id := ms.nextID
 	ms.nextID++
@@ -205,11 +226,11 @@ func (ms *MemoryStore) Watch(fn func(key string)) (stop func()) {
 }
 
 // sweep forgets scopes with no lease that have not been used for
-// memStoreIdle and have nothing pending.
-func (ms *MemoryStore) sweep(now time.Time) {
+// memIdle and have nothing pending.
+func (ms *Memory) sweep(now time.Time) {
 	ms.sweepAt = now.Add(time.Minute)
 	for k, st := range ms.scopes {
-		if len(st.leases) == 0 && now.Sub(st.touched) >= memStoreIdle && !now.Before(st.adm.gate) {
+		if len(st.leases) == 0 && now.Sub(st.touched) >= memIdle && !now.Before(st.adm.Gate) {
 			delete(ms.scopes, k)
 		}
 	}

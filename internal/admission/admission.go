@@ -1,0 +1,257 @@
+// Package admission holds one scope's admission rules: a free slot among
+// the first Concurrency (with SlotDelay, one whose previous start is
+// SlotDelay old), the gap since the previous start, the server gate, and
+// room in the quota window. It is the one Go implementation of those
+// rules: the root package's default scope keeps a State per scope, and so
+// does store.Memory for the managers that share it. redisstore's
+// admit.lua is the only other, held to this one by package storetest.
+package admission
+
+import "time"
+
+// Reason is the rule that holds a start back. Its values are the first
+// values of throttle.Reason, so the root package converts between the two
+// as they are; Limits.GapWhy may hold any of throttle.Reason's, which
+// Check returns as it is.
+type Reason uint8
+
+// The rules' reasons, numbered as throttle.Reason numbers them.
+const (
+	None        Reason = iota // the start may come now
+	Concurrency               // every slot is taken
+	Delay                     // the gap since the previous start
+	SlotDelay                 // the free slots' delay since their last start
+	Gate                      // a server-given wait
+	Quota                     // the window's quota is spent
+)
+
+// State is one scope's admission state, which Check and Start read and
+// change. Its callers hand it their limits at each call (what the scope's
+// policies make of them is theirs), so the same state serves a scope whose
+// limits change between calls. The zero value is an empty scope. It is
+// not safe for concurrent use: its callers lock it.
+type State struct {
+	slots     []slot    // only with SlotDelay; grows to the peak in use
+	LastStart time.Time // the previous start
+	Gate      time.Time // no start before this (a server-given wait)
+	Quota     Window
+	InFlight  int32
+	Started   bool // a request has started (shares InFlight's word)
+}
+
+// slot is one of a scope's Concurrency places, tracked for SlotDelay.
+type slot struct {
+	busy bool
+	last time.Time // previous start in this slot
+}
+
+// Limits are the limits a scope's policies set, which State checks starts
+// against: the concurrency, and the gap the delay asks between starts (the
+// delay times the jitter drawn at the previous start) with the rule that
+// set that delay. The configured SlotDelay and quota come with each call.
+// The default scope keeps its limits current as its policies move them, so
+// an admission reads them rather than combining the parts (16 bytes: a
+// scope's size stays in its allocation class).
+type Limits struct {
+	Gap    time.Duration
+	Conc   int32
+	GapWhy Reason
+}
+
+// Check returns when a start of cost may come and the rule that holds it
+// back: None when it may come now; Concurrency, with no time, when every
+// slot is taken (a release frees one); else the latest of the gap since
+// the previous start (l.GapWhy), the slot delay, the gate and the quota
+// window's end, and its rule.
+func (a *State) Check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
+	if a.InFlight >= l.Conc {
+		return time.Time{}, Concurrency
+	}
+	at, why := now, None
+	if a.Started {
+		next := a.LastStart
+		if l.Gap != 0 {
+			next = next.Add(l.Gap) // Add(0) changes nothing but costs ~70 instructions
+		}
+		if next.After(at) {
+			at, why = next, l.GapWhy
+		}
+	}
+	if slotDelay > 0 {
+		if _, free := a.freeSlot(now, l.Conc, slotDelay); free.After(at) {
+			at, why = free, SlotDelay
+		}
+	}
+	if !a.Gate.IsZero() && a.Gate.After(at) { // no server-given wait yet: spare the comparison
+		at, why = a.Gate, Gate
+	}
+	if quota > 0 {
+		if end, ok := a.Quota.admit(now, quota, window, cost); !ok && end.After(at) {
+			at, why = end, Quota
+		}
+	}
+	return at, why
+}
+
+// freeSlot returns the free slot that can start soonest and when: a used
+// slot whose SlotDelay has passed, else a slot never used (-1), which can
+// start at once, else the used slot that frees first. Only the first conc
+// slots count: when the concurrency drops (SetConfig, backoff, rampup),
+// the slots above it are not used again, so their SlotDelay does not pace
+// the scope as if it still had them.
+func (a *State) freeSlot(now time.Time, conc int32, slotDelay time.Duration) (int, time.Time) {
+	best, bestAt := -1, time.Time{}
+	for i := range min(len(a.slots), int(conc)) {
+		if sl := &a.slots[i]; !sl.busy {
+			if at := sl.last.Add(slotDelay); best < 0 || at.Before(bestAt) {
+				best, bestAt = i, at
+			}
+		}
+	}
+	if (best < 0 || bestAt.After(now)) && len(a.slots) < int(conc) {
+		return -1, now
+	}
+	return best, bestAt
+}
+
+// Start records a start of cost at now, which Check admitted, and
+// returns the slot it took (-1 without SlotDelay) and the quota window it
+// was counted in.
+func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	a.InFlight++
+	slotIndex = -1
+	if slotDelay > 0 {
+		i, _ := a.freeSlot(now, conc, slotDelay)
+		if i < 0 {
+			a.slots = append(a.slots, slot{})
+			i = len(a.slots) - 1
+		}
+		a.slots[i] = slot{busy: true, last: now}
+		slotIndex = i
+	}
+	a.Started, a.LastStart = true, now
+	if quota > 0 {
+		window = a.Quota.add(now, w, cost)
+	}
+	return slotIndex, window
+}
+
+// StartUncounted records a start of cost at now, which Check admitted,
+// that is no start for the gap or the slot delay: it takes a slot and
+// counts in the quota window, and leaves the previous start and the
+// slot's as they were. The manager's robots.txt fetch starts so, and its
+// caller records the rest (the default scope's startRobots). It returns
+// what Start returns.
+func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	a.InFlight++
+	slotIndex = -1
+	if slotDelay > 0 {
+		i, _ := a.freeSlot(now, conc, slotDelay)
+		if i < 0 {
+			a.slots = append(a.slots, slot{})
+			i = len(a.slots) - 1
+		}
+		a.slots[i].busy = true
+		slotIndex = i
+	}
+	if quota > 0 {
+		window = a.Quota.add(now, w, cost)
+	}
+	return slotIndex, window
+}
+
+// Finish ends a start that took slotIndex.
+func (a *State) Finish(slotIndex int) {
+	if a.InFlight > 0 {
+		a.InFlight--
+	}
+	if slotIndex >= 0 && slotIndex < len(a.slots) {
+		a.slots[slotIndex].busy = false
+	}
+}
+
+// SetGate holds every start until t, unless a later gate is set.
+func (a *State) SetGate(t time.Time) {
+	if t.After(a.Gate) {
+		a.Gate = t
+	}
+}
+
+// Window counts the cost admitted in the current quota window. The first
+// window starts at the scope's first start; later ones follow it back to
+// back, w long each, so boundaries are exact whatever the clock's origin.
+// The zero value has counted nothing.
+type Window struct {
+	Set   bool // a start has been counted
+	start time.Time
+	seq   int64 // which window; tickets carry it so stale corrections are dropped
+	Used  int64 // the cost counted in the current window
+}
+
+// Roll moves the window forward to the one that holds now.
+func (q *Window) Roll(now time.Time, w time.Duration) {
+	if el := now.Sub(q.start); q.Set && el >= w {
+		n := el / w
+		q.start = q.start.Add(n * w)
+		q.seq += int64(n)
+		q.Used = 0
+	}
+}
+
+// admit reports whether cost fits the window at now, or when it ends. A
+// request larger than the whole quota is admitted into an empty window, so
+// it is never starved.
+func (q *Window) admit(now time.Time, quota int64, w time.Duration, cost int64) (time.Time, bool) {
+	q.Roll(now, w)
+	if !q.Set || q.Used <= 0 || q.Used+cost <= quota {
+		return time.Time{}, true
+	}
+	return q.start.Add(w), false
+}
+
+// add counts cost at a start and returns the window it was counted in.
+func (q *Window) add(now time.Time, w time.Duration, cost int64) int64 {
+	if !q.Set {
+		q.Set, q.start = true, now
+	}
+	q.Roll(now, w)
+	q.Used += cost
+	return q.seq
+}
+
+// Correct applies a correction arriving at now (it counts in the window
+// it arrives in): delta, an actual cost minus the admitted one, if the
+// start's window (ticketWindow) is still the current one; and floor, the
+// count the server's remaining quota implies, when >= 0.
+func (q *Window) Correct(now time.Time, w time.Duration, ticketWindow, delta, floor int64) {
+	q.Roll(now, w)
+	if delta != 0 && ticketWindow == q.seq {
+		q.Used = max(0, q.Used+delta)
+	}
+	if floor >= 0 {
+		q.Used = max(q.Used, floor)
+	}
+}
+
+// Pending reports whether the window still counts something at now.
+func (q *Window) Pending(now time.Time, w time.Duration) bool {
+	return q.Set && q.Used > 0 && now.Before(q.start.Add(w))
+}
+
+// ScaleDuration returns d*f, saturating instead of overflowing: a delay
+// times a factor (the jitter drawn at a start, backoff's step).
+func ScaleDuration(d time.Duration, f float64) time.Duration {
+	if f == 1 || d == 0 {
+		return d
+	}
+	v := float64(d) * f
+	switch {
+	case v <= 0:
+		return 0
+	case v >= float64(maxDuration):
+		return maxDuration
+	}
+	return time.Duration(v)
+}
+
+const maxDuration = time.Duration(1<<63 - 1)

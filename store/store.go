@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// A Store holds the state of scopes that several throttle.ThrottlingManagers
+// share, typically one per worker process of a crawler fleet: admission
+// state (slots held as leases, the last start, slot start times, quota
+// counts, server gates) and learned state (each scope's policy state,
+// opaque to the store, with the delay and concurrency it implies).
+//
+// Without a Store (throttle.Config.Store nil) a manager keeps all of this
+// in its own memory, the fastest path for a single process. Memory shares
+// state among managers of one process; the redisstore module shares it
+// across processes and machines.
+//
+// The policies (AutoThrottle, backoff, rampup) run in the managers, on the
+// state the store hands them: a Store only counts, compares times and keeps
+// versions, so an implementation is a few atomic operations, like the Lua
+// scripts of redisstore. Package storetest checks an implementation.
+//
+// An implementation must be safe for concurrent use: managers call it from
+// many goroutines at once, with no lock held.
+type Store interface {
+	// Admit admits a request on all of its scopes at once, or on none:
+	// when every scope has a free slot (among its first Concurrency
+	// slots: the slots above a lowered Concurrency are not used), its
+	// delay since the last start has passed (slot delay too), no server
+	// gate is pending and the quota window has room, it records the start
+	// under req.Lease and answers Admitted; otherwise it changes nothing
+	// and answers why and when to ask again. A store that refuses a
+	// call because ctx's deadline has passed by its own clock returns
+	// ErrPastDeadline, or an error wrapping it: the caller gave up, the
+	// store did not fail.
+	Admit(ctx context.Context, req *Request) (Answer, error)
+	// Release ends a lease (an unknown or expired lease is no error),
+	// applies gates and quota corrections, and stores learned state for
+	// each scope whose Version matches the store's, or where the store
+	// has none (version 0), as version max(stored, Version)+1: the others
+	// are returned as conflicts, with the store's state, for the caller
+	// to merge and send again with an empty Lease.
+	Release(ctx context.Context, rel *Release) (ReleaseAnswer, error)
+	// Watch calls fn with the key of every scope where a lease ends, in
+	// this process or another, until stop is called. fn must not block.
+	Watch(fn func(key string)) (stop func())
+}
+
+// Request asks a Store to admit one request. The zero value has no lease
+// and no scopes. A plain value, but copies share the Scopes slice: don't
+// change it while another goroutine reads it.
+type Request struct {
+	// Lease names the permit: unique, chosen by the caller.
+	Lease  string
+	Scopes []Scope
+}
+
+// Scope is one scope of a Request: its key, the cost, and the limits as
+// the caller's policy sees them. Concurrency and Delay are defaults: a
+// store uses the shared values stored with the learned state when it has
+// them, so every worker applies the latest learned delay at once. In the
+// zero value Concurrency is 0: a store with no shared values for the key
+// admits nothing in it. A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
+type Scope struct {
+	Key         string
+	Cost        int64
+	Concurrency int
+	Delay       time.Duration
+	// Jitter is the factor applied to the delay that follows this start.
+	Jitter    float64
+	SlotDelay time.Duration
+	Quota     int64
+	Window    time.Duration
+	// Version is the version of learned state the caller holds.
+	Version int64
+}
+
+// Answer is a Store's answer to a Request. The zero Answer is a refusal
+// with no time: the manager waits for a release (Watch) before asking
+// again. A plain value, but copies share its slices: don't change them
+// while another goroutine reads them.
+type Answer struct {
+	Admitted bool
+	// Now is the store's time of the answer: the start time when admitted.
+	Now time.Time
+	// At is, when refused, the earliest time worth asking again; zero
+	// means "at the next release" (Watch).
+	At time.Time
+	// Reason and Scope (an index into the request's Scopes) say what
+	// refused the request.
+	Reason Reason
+	Scope  int
+	// Tickets hold, when admitted, each scope's slot and quota window.
+	Tickets []Ticket
+	// Learned holds, for each scope, the store's learned state when its
+	// version is newer than the request's (Data nil otherwise).
+	Learned []Learned
+}
+
+// Reason is the admission rule that refused a Request. The zero value is
+// ReasonNone. The manager reads each as the throttle.Reason of the same
+// name (a ReasonDelay as the policy part that set the delay, such as
+// throttle.ReasonBackoff), and a value not listed here as
+// throttle.ReasonNone.
+type Reason uint8
+
+// The rules a Store applies, in the order Admit checks them.
+const (
+	ReasonNone        Reason = iota // nothing refused: admitted
+	ReasonConcurrency               // every slot of the scope is taken
+	ReasonDelay                     // the scope's delay since its last start
+	ReasonSlotDelay                 // the free slots' delay since their last start
+	ReasonGate                      // a server-given wait (ReleaseScope.Gate)
+	ReasonQuota                     // the window's quota is spent
+)
+
+var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate", "quota"}
+
+// String returns the reason in words, e.g. "slot delay", as
+// throttle.Reason's String does.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Ticket is what a Store recorded for one scope of an admitted request.
+// The zero value is slot 0 and window 0, not "no slot" (-1). A plain
+// value: copy it freely, but don't change it while another goroutine reads
+// it.
+type Ticket struct {
+	Slot   int   // the slot taken, -1 without SlotDelay
+	Window int64 // the quota window the cost was counted in
+}
+
+// Learned is a scope's learned state as a Store holds it. The zero value,
+// version 0 with no Data, is no learned state. A plain value, but copies
+// share Data: don't change it while another goroutine reads it.
+type Learned struct {
+	Version int64
+	Data    []byte
+}
+
+// Release ends a lease and reports what was learned. The zero value ends
+// no lease and changes nothing. A plain value, but copies share the Scopes
+// slice: don't change it while another goroutine reads it.
+type Release struct {
+	// Lease is the admitted request's; empty to store learned state only
+	// (the retry after a conflict).
+	Lease  string
+	Scopes []ReleaseScope
+}
+
+// ReleaseScope is one scope of a Release. With all other fields zero it
+// only ends the lease in the scope Key: no gate, no quota correction
+// (QuotaWindow 0), no learned state. A plain value, but copies share Data:
+// don't change it while another goroutine reads it.
+type ReleaseScope struct {
+	Key    string
+	Ticket Ticket
+	// Gate, when not zero, holds every start until then (Retry-After).
+	Gate time.Time
+	// QuotaDelta corrects the cost counted in Ticket.Window (actual minus
+	// admitted); QuotaFloor, when >= 0, raises the current window's
+	// count to at least that (the server's remaining count).
+	// QuotaWindow is the scope's quota window (zero: no quota).
+	QuotaDelta  int64
+	QuotaFloor  int64
+	QuotaWindow time.Duration
+	// Learned says Data, Delay and Concurrency are to be stored if the
+	// store's version is still Version.
+	Learned     bool
+	Version     int64
+	Data        []byte
+	Delay       time.Duration
+	Concurrency int
+}
+
+// ReleaseAnswer lists the scopes whose learned state was not stored
+// because another worker stored a newer version first. The zero value has
+// no conflicts: all the learned state was stored. A plain value, but copies
+// share the Conflicts slice: don't change it while another goroutine reads
+// it.
+type ReleaseAnswer struct {
+	Conflicts []Conflict
+}
+
+// Conflict is a scope's learned state as the store holds it after a
+// conflicting Release. The zero value names the first scope with no
+// learned state (version 0). A plain value: copy it freely, but don't
+// change it while another goroutine reads it.
+type Conflict struct {
+	Scope   int // index into Release.Scopes
+	Learned Learned
+}
