@@ -92,7 +92,7 @@ func defaultBackoffConfig() BackoffConfig {
 		Factor:            2,
 		MinDelay:          time.Second,
 		MaxDelay:          300 * time.Second,
-		Jitter:            SymmetricJitter(0.1),
+		Jitter:            symmetricJitter(0.1),
 		ConcurrencyFactor: 0.5,
 		OutageProbe:       time.Minute,
 		RedirectMaxDelay:  time.Minute,

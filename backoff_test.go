@@ -326,7 +326,7 @@ func TestBackoffStatusesConfigurable(t *testing.T) {
 func TestBackoffJitterNarrowsWhileBackingOff(t *testing.T) {
 	cfg := backoffConfig()
 	cfg.Delay = time.Second
-	cfg.Jitter = SymmetricJitter(0.5)
+	cfg.Jitter = symmetricJitter(0.5)
 	cfg.Backoff.OutageProbe = 0
 	p := newPolicy(t, cfg)
 	p.request(0, tooMany)

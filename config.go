@@ -121,11 +121,16 @@ type Config struct {
 	// redisstore). Nil keeps the state in this manager's memory. The
 	// scopes of a manager with a Store use the default ScopeManager.
 	Store store.Store
-	// StoreFailure says what happens when the Store fails: FailClosed
-	// (the default) or FallbackLocal.
-	StoreFailure StoreFailureMode
-	// StoreRetry is how long FallbackLocal keeps to local state after a
-	// failure before trying the Store again. Default 1s.
+	// StoreFallbackLocal says what Acquire does when the Store fails.
+	// False, the default, fails closed: Acquire and TryAcquire return a
+	// *store.Error at once. True admits requests from the manager's own
+	// in-memory state, as without a Store, with one warning per outage;
+	// the store is tried again every StoreRetry and used as soon as it
+	// answers. During the outage each process holds its limits alone: a
+	// fleet of N may send N times the shared rate.
+	StoreFallbackLocal bool
+	// StoreRetry is how long StoreFallbackLocal keeps to local state
+	// after a failure before trying the Store again. Default 1s.
 	StoreRetry time.Duration
 }
 
@@ -185,8 +190,8 @@ type Jitter struct {
 	Min, Max float64
 }
 
-// SymmetricJitter returns the range [-f, +f].
-func SymmetricJitter(f float64) Jitter { return Jitter{Min: -f, Max: f} }
+// symmetricJitter returns the range [-f, +f], Jitter{Min: -f, Max: f}.
+func symmetricJitter(f float64) Jitter { return Jitter{Min: -f, Max: f} }
 
 // DefaultConfig returns the defaults named on each field of Config and
 // ScopeConfig, and of the sub-configs: start a Config.Scopes entry's
@@ -213,7 +218,7 @@ func defaultScopeConfig() ScopeConfig {
 	return ScopeConfig{
 		Concurrency:  1,
 		Delay:        time.Second,
-		Jitter:       SymmetricJitter(0.5),
+		Jitter:       symmetricJitter(0.5),
 		Window:       time.Minute,
 		AutoThrottle: defaultAutoThrottleConfig(),
 		Backoff:      defaultBackoffConfig(),
@@ -338,9 +343,6 @@ func checkFloat(field string, v float64) error {
 func (c *Config) validateStore() error {
 	if err := checkDuration("StoreRetry", c.StoreRetry); err != nil {
 		return err
-	}
-	if c.StoreFailure > FallbackLocal {
-		return &ConfigError{"StoreFailure", "must be FailClosed or FallbackLocal"}
 	}
 	if c.Store == nil {
 		return nil

@@ -174,7 +174,7 @@ func fuzzConfig(in []byte) Config {
 	r.int(&cfg.MaxWaiting)
 	r.dur(&cfg.MaxRefusal)
 	r.dur(&cfg.StoreRetry)
-	cfg.StoreFailure = StoreFailureMode(r.byte() % 3)
+	cfg.StoreFallbackLocal = r.byte()%2 == 1
 	cfg.JitterSeed = uint64(r.byte())
 	r.bool(&cfg.Robots.Enabled)
 	r.dur(&cfg.Robots.MaxDelay)

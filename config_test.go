@@ -22,7 +22,6 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		"MaxRefusal":                   func(c *Config) { c.MaxRefusal = -1 },
 		"MaxHold":                      func(c *Config) { c.MaxHold = -1 },
 		"StoreRetry":                   func(c *Config) { c.StoreRetry = -1 },
-		"StoreFailure":                 func(c *Config) { c.StoreFailure = 7 },
 		"Store":                        func(c *Config) { c.Store = store.NewMemory(nil); c.NewScopeManager = NewDefaultScopeManager },
 		"Robots.MaxOrigins":            func(c *Config) { c.Robots.MaxOrigins = -1 },
 		"Robots.MaxBytes":              func(c *Config) { c.Robots.MaxBytes = -1 },

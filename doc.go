@@ -108,6 +108,6 @@
 // Package store defines what a store implements, and its Memory shares
 // state among managers of one process; package storetest is the
 // conformance suite a store must pass. When the store fails, Acquire fails
-// fast (FailClosed, with a *store.Error) or continues on local state
-// (FallbackLocal).
+// fast (failing closed, with a *store.Error) or continues on local state
+// (StoreFallbackLocal).
 package throttle

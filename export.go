@@ -18,9 +18,9 @@ import (
 const (
 	exportFormat  = "throttle-learned"
 	exportVersion = 1
-	// MaxImportSize bounds what Import reads: 256 MiB, about a million
+	// maxImportSize bounds what Import reads: 256 MiB, about a million
 	// scopes.
-	MaxImportSize = 256 << 20
+	maxImportSize = 256 << 20
 )
 
 type exportFile struct {
@@ -88,20 +88,21 @@ func (s *defaultScope) learnedAnything() bool {
 
 // Import reads what Export wrote and gives each scope its learned state,
 // creating scopes as needed; scopes not in the file keep theirs. The whole
-// file is read and checked first: a corrupt, truncated or too large file,
+// file is read and checked first: a corrupt, truncated or too large file
+// (over 256 MiB, about a million scopes),
 // one of another format or of a newer version, or any invalid record is
 // refused with an error wrapping ErrImport, and nothing is applied. It
 // returns how many scopes it restored. With a Store, learned state lives
 // in the store: Import restores this manager's copy, which its next
 // releases write back.
 func (m *ThrottlingManager) Import(r io.Reader) (int, error) {
-	lr := &io.LimitedReader{R: r, N: MaxImportSize + 1}
+	lr := &io.LimitedReader{R: r, N: maxImportSize + 1}
 	dec := json.NewDecoder(lr)
 	dec.DisallowUnknownFields()
 	var f exportFile
 	if err := dec.Decode(&f); err != nil {
 		if lr.N <= 0 {
-			return 0, fmt.Errorf("%w: larger than %d bytes", ErrImport, MaxImportSize)
+			return 0, fmt.Errorf("%w: larger than %d bytes", ErrImport, maxImportSize)
 		}
 		return 0, fmt.Errorf("%w: %v", ErrImport, err)
 	}

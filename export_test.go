@@ -98,7 +98,7 @@ func FuzzImport(f *testing.F) {
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[]}`)
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":2,"r":{"r":1e308}}}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
-		// Bounded work per input. MaxImportSize (256 MiB) is too large to
+		// Bounded work per input. maxImportSize (256 MiB) is too large to
 		// go past here, one input at a time.
 		if len(in) > 1<<20 {
 			t.Skip()

@@ -13,21 +13,6 @@ import (
 	"github.com/crawlerkit/throttle/store"
 )
 
-// StoreFailureMode says what Acquire does when the Store fails. The zero
-// value is FailClosed.
-type StoreFailureMode uint8
-
-const (
-	// FailClosed: Acquire and TryAcquire return a *store.Error at once.
-	FailClosed StoreFailureMode = iota
-	// FallbackLocal: requests are admitted from the manager's own
-	// in-memory state, as without a Store, with one warning per outage;
-	// the store is tried again every Config.StoreRetry and used as soon
-	// as it answers. During the outage each process holds its limits
-	// alone: a fleet of N may send N times the shared rate.
-	FallbackLocal
-)
-
 // shared is a manager's link to its Config.Store: the request's path when
 // the state lives in a store.
 //
@@ -53,7 +38,7 @@ type shared struct {
 	stop     func() // ends the Watch; nil while no one waits
 
 	downMu    sync.Mutex
-	downUntil time.Time // FallbackLocal: local state until then
+	downUntil time.Time // StoreFallbackLocal: local state until then
 	down      bool      // an outage was logged and has not ended
 }
 
@@ -123,13 +108,13 @@ func (sh *shared) released(key string) {
 }
 
 // useStore reports whether requests go to the store at local time now;
-// false only while FallbackLocal waits out an outage.
+// false only while StoreFallbackLocal waits out an outage.
 func (m *ThrottlingManager) useStore(now time.Time) bool {
 	sh := m.shared
 	if sh == nil {
 		return false
 	}
-	if m.cfg.StoreFailure != FallbackLocal {
+	if !m.cfg.StoreFallbackLocal {
 		return true
 	}
 	sh.downMu.Lock()
@@ -137,11 +122,11 @@ func (m *ThrottlingManager) useStore(now time.Time) bool {
 	return !now.Before(sh.downUntil)
 }
 
-// storeFailed handles a store error: with FailClosed it is returned as a
-// *store.Error; with FallbackLocal the manager turns to local state for
+// storeFailed handles a store error: failing closed it is returned as a
+// *store.Error; with StoreFallbackLocal the manager turns to local state for
 // StoreRetry (one warning per outage) and nil is returned.
 func (m *ThrottlingManager) storeFailed(op string, err error) error {
-	if m.cfg.StoreFailure != FallbackLocal || op == "release" {
+	if !m.cfg.StoreFallbackLocal || op == "release" {
 		if op == "release" {
 			m.log.Warn("throttle: store release failed; the lease expires on its own", "err", err)
 		}
@@ -162,7 +147,7 @@ func (m *ThrottlingManager) storeFailed(op string, err error) error {
 // storeAnswered ends a logged outage.
 func (m *ThrottlingManager) storeAnswered() {
 	sh := m.shared
-	if m.cfg.StoreFailure != FallbackLocal {
+	if !m.cfg.StoreFallbackLocal {
 		return
 	}
 	sh.downMu.Lock()
@@ -174,7 +159,7 @@ func (m *ThrottlingManager) storeAnswered() {
 	}
 }
 
-// errUseLocal tells acquire to go on with local state (FallbackLocal).
+// errUseLocal tells acquire to go on with local state (StoreFallbackLocal).
 var errUseLocal = errors.New("throttle: use local state")
 
 // admitShared asks the store once to admit p. On admission p holds the

@@ -42,11 +42,11 @@ func (f *faultyStore) Release(ctx context.Context, rel *store.Release) (store.Re
 	return f.Memory.Release(ctx, rel)
 }
 
-func storeManager(t *testing.T, clock Clock, st store.Store, mode StoreFailureMode, log *bytes.Buffer) *ThrottlingManager {
+func storeManager(t *testing.T, clock Clock, st store.Store, fallback bool, log *bytes.Buffer) *ThrottlingManager {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = time.Second, 0, Jitter{}
-	cfg.Clock, cfg.Store, cfg.StoreFailure = clock, st, mode
+	cfg.Clock, cfg.Store, cfg.StoreFallbackLocal = clock, st, fallback
 	if log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	}
@@ -58,7 +58,7 @@ func TestStoreFailClosed(t *testing.T) { synctest.Test(t, testStoreFailClosed) }
 func testStoreFailClosed(t *testing.T) {
 	var clock Clock
 	fs := &faultyStore{Memory: store.NewMemory(clock)}
-	m := storeManager(t, clock, fs, FailClosed, nil)
+	m := storeManager(t, clock, fs, false, nil)
 	fs.fail.Store(true)
 	_, err := m.Acquire(context.Background(), get(t, "http://a.test/"))
 	var se *store.Error
@@ -82,7 +82,7 @@ func testStoreFallbackLocal(t *testing.T) {
 	var clock Clock
 	fs := &faultyStore{Memory: store.NewMemory(clock)}
 	var log bytes.Buffer
-	m := storeManager(t, clock, fs, FallbackLocal, &log)
+	m := storeManager(t, clock, fs, true, &log)
 	fs.fail.Store(true)
 	for range 3 {
 		p, err := m.Acquire(context.Background(), get(t, "http://b.test/"))
@@ -191,8 +191,8 @@ func TestSharedDeadlineBeforeFallbackWake(t *testing.T) {
 func testSharedDeadlineBeforeFallbackWake(t *testing.T) {
 	var clock Clock
 	st := fallbackWakeStore{store.NewMemory(clock)}
-	m1 := storeManager(t, clock, st, FailClosed, nil)
-	m2 := storeManager(t, clock, st, FailClosed, nil)
+	m1 := storeManager(t, clock, st, false, nil)
+	m2 := storeManager(t, clock, st, false, nil)
 	p1, err := m1.Acquire(context.Background(), get(t, "http://busy.test/"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -193,9 +193,9 @@ func stressJitter(r *rand.Rand) Jitter {
 	case 0:
 		return Jitter{}
 	case 1:
-		return SymmetricJitter(0.5)
+		return symmetricJitter(0.5)
 	case 2:
-		return SymmetricJitter(r.Float64())
+		return symmetricJitter(r.Float64())
 	case 3:
 		return Jitter{Min: -0.3 * r.Float64(), Max: 0.8 * r.Float64()} // asymmetric, e.g. -10 %..+30 %
 	case 4:
@@ -255,7 +255,7 @@ func (st *stressRun) config(r *rand.Rand) Config {
 		b.OutageProbe = []time.Duration{0, 5 * time.Second, time.Minute}[r.IntN(3)]
 		b.ConcurrencyFactor = []float64{0.5, 1, 0.25}[r.IntN(3)]
 		if r.IntN(5) == 0 {
-			b.Jitter = SymmetricJitter(r.Float64() * 0.5)
+			b.Jitter = symmetricJitter(r.Float64() * 0.5)
 		}
 		if r.IntN(4) == 0 {
 			a := &sc.AutoThrottle

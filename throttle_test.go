@@ -692,7 +692,7 @@ func TestInvariantsUnderLoad(t *testing.T) {
 		cfg.Default.Concurrency = 2
 		cfg.Default.Delay = 100 * time.Millisecond
 		cfg.Default.SlotDelay = 150 * time.Millisecond
-		cfg.Default.Jitter = SymmetricJitter(0.5)
+		cfg.Default.Jitter = symmetricJitter(0.5)
 		cfg.Default.Backoff.Enabled = false
 		cfg.JitterSeed = 1
 		m := newManager(t, cfg)

@@ -455,11 +455,11 @@ type crawlScope struct {
 // each master (Concurrency 2, Delay 20ms, LeaseTTL 2s, Options.Timeout
 // 300ms, every Acquire bounded by 2s), while the master of one of them,
 // which also carries the release channel's slot, is killed with SIGKILL
-// and its replica promoted. For FailClosed and FallbackLocal it checks
+// and its replica promoted. For failing closed and StoreFallbackLocal it checks
 // what the package documentation says a failover costs: how long the dead
 // master's scopes and the others fail, and how (store.Error within
 // Options.Timeout, CLUSTERDOWN, local admissions), the limits exceeded
-// (none with FailClosed; each manager alone with FallbackLocal); that no
+// (none when failing closed; each manager alone with StoreFallbackLocal); that no
 // Acquire returns after its deadline; that a lease renewed more often
 // than the outage lasts survives it and a shorter one does not; that
 // learned state, a gate and a start the replica had are kept; that a
@@ -468,7 +468,7 @@ type crawlScope struct {
 // The figures are logged.
 func TestClusterMasterKilled(t *testing.T) {
 	t.Parallel() // waits, mostly, for the failover
-	for _, mode := range []throttle.StoreFailureMode{throttle.FailClosed, throttle.FallbackLocal} {
+	for _, mode := range []bool{false, true} {
 		t.Run(modeName(mode), func(t *testing.T) {
 			t.Parallel() // two clusters
 			testMasterKilled(t, mode)
@@ -476,14 +476,14 @@ func TestClusterMasterKilled(t *testing.T) {
 	}
 }
 
-func modeName(mode throttle.StoreFailureMode) string {
-	if mode == throttle.FallbackLocal {
+func modeName(fallback bool) string {
+	if fallback {
 		return "FallbackLocal"
 	}
 	return "FailClosed"
 }
 
-func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
+func testMasterKilled(t *testing.T, fallback bool) {
 	const (
 		managers       = 3
 		perScope       = 2 // goroutines per manager and scope
@@ -516,11 +516,11 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 	for range managers {
 		s, _ := dialClusterStore(t, c.Addrs(), redisstore.Options{Prefix: prefix, LeaseTTL: leaseTTL, Timeout: timeout, Logger: quiet})
 		ms = append(ms, fleetManager(t, recStore{s, rec}, conc, delay, func(cfg *throttle.Config) {
-			cfg.StoreFailure = mode
+			cfg.StoreFallbackLocal = fallback
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		}))
 	}
-	// The checker, FailClosed: its store subscribes before the kill.
+	// The checker, failing closed: its store subscribes before the kill.
 	checkStore, rdb := dialClusterStore(t, c.Addrs(), redisstore.Options{Prefix: prefix, LeaseTTL: leaseTTL, Timeout: timeout, Logger: quiet})
 	checker := fleetManager(t, checkStore, conc, delay, func(cfg *throttle.Config) {
 		cfg.Default.Backoff.MinDelay = backoff
@@ -837,7 +837,7 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 		return tm.Sub(killed).Round(time.Millisecond).String()
 	}
 	t.Logf("%s: killed %s (the release channel's master); %s promoted, every node ok %v after the kill; first store admission on its scope %v after the kill",
-		modeName(mode),
+		modeName(fallback),
 		victim, promoted, healthy.Sub(killed).Round(time.Millisecond), outage.Round(time.Millisecond))
 	t.Logf("failed store calls after the kill: %d on the dead master's scope (from %s to %s: %q), %d on the other masters' (from %s to %s: %q)",
 		vFails, rel(vFirst), rel(vLast), vErrs, oFails, rel(oFirst), rel(oLast), oErrs)
@@ -886,8 +886,8 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 		require.Zero(t, st.late.Load(), "%s: Acquires returned after their deadline", sc)
 		require.Zero(t, st.otherErrs.Load(), "%s: Acquire errors neither store.Error nor WaitError: %v", sc, other)
 		require.Greater(t, st.ok.Load(), int64(0))
-		switch mode {
-		case throttle.FailClosed:
+		switch fallback {
+		case false:
 			if i == 0 {
 				// Only writes the replica had not received can be lost:
 				// at most Concurrency extra in flight, one early start.
@@ -898,14 +898,14 @@ func testMasterKilled(t *testing.T, mode throttle.StoreFailureMode) {
 				require.Zero(t, st.over.Load(), "%s: in flight beyond Concurrency", sc)
 				require.Zero(t, closer, "%s: starts closer than Delay", sc)
 			}
-		case throttle.FallbackLocal:
-			require.Zero(t, st.storeErrs.Load(), "%s: FallbackLocal returned a store.Error", sc)
+		case true:
+			require.Zero(t, st.storeErrs.Load(), "%s: StoreFallbackLocal returned a store.Error", sc)
 			// Each manager admits alone, next to the store's permits.
 			require.LessOrEqual(t, st.peak.Load(), int64((managers+1)*conc), sc)
 			require.Greater(t, closer, 0, "%s: local admissions on every scope", sc)
 		}
 	}
-	if mode == throttle.FallbackLocal {
+	if fallback {
 		require.Contains(t, logs.String(), "store unavailable, using local state")
 		require.Contains(t, logs.String(), "store answers again")
 	}

@@ -56,7 +56,7 @@ func TestKillLoopFreesSlots(t *testing.T) {
 
 // TestRedisTenRestarts: three managers with two goroutines each crawl two
 // scopes while redis-server is restarted ten times, with and without its
-// data. Acquire may fail while Redis is down (FailClosed); it never hangs,
+// data. Acquire may fail while Redis is down (failing closed); it never hangs,
 // the crawl goes on after each restart, and afterwards every scope admits
 // its full concurrency again within the lease time: no permit lost.
 func TestRedisTenRestarts(t *testing.T) {

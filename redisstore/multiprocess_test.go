@@ -554,7 +554,7 @@ func TestLiveWorkerKeepsSlots(t *testing.T) {
 	p2.Release(nil, nil)
 }
 
-// TestRedisPausedFailsFast: with Redis frozen (SIGSTOP) and FailClosed,
+// TestRedisPausedFailsFast: with Redis frozen (SIGSTOP) and failing closed,
 // Acquire returns a *store.Error within Options.Timeout, not a
 // hang.
 func TestRedisPausedFailsFast(t *testing.T) {
@@ -611,7 +611,7 @@ func TestRedisPausedFailsFast(t *testing.T) {
 	p.Release(nil, nil)
 }
 
-// TestRedisPausedFallbackLocal: with Redis frozen and FallbackLocal,
+// TestRedisPausedFallbackLocal: with Redis frozen and StoreFallbackLocal,
 // Acquire succeeds from local state after one Options.Timeout, logs the
 // outage once, and after Resume and StoreRetry the requests use the store
 // again; the admissions that timed out, which Redis runs when it resumes,
@@ -627,7 +627,7 @@ func TestRedisPausedFallbackLocal(t *testing.T) {
 	clock := throttletest.NewClock(time.Now())
 	var logs lockedBuffer
 	m := fleetManager(t, store, 4, 0, func(c *throttle.Config) {
-		c.StoreFailure, c.StoreRetry, c.Clock = throttle.FallbackLocal, retry, clock
+		c.StoreFallbackLocal, c.StoreRetry, c.Clock = true, retry, clock
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	acquireWithin(t, m, "http://before.test/", 5*time.Second).Release(nil, nil)

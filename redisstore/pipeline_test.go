@@ -203,14 +203,14 @@ func TestRenewOneRoundTrip(t *testing.T) {
 // within half a round trip; when Redis sees it pass before the caller's
 // own clock does, Acquire returns a *WaitError wrapping
 // context.DeadlineExceeded (the caller gave up), not a *store.Error, and
-// with FallbackLocal the store is not taken for down.
+// with StoreFallbackLocal the store is not taken for down.
 func TestDeadlinePassedInRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, failure := range []throttle.StoreFailureMode{throttle.FailClosed, throttle.FallbackLocal} {
+	for _, fallback := range []bool{false, true} {
 		s, _ := newStore(t, srv, redisstore.Options{})
 		var logs strings.Builder
 		m := sharedManager(t, s, nil, func(c *throttle.Config) {
-			c.StoreFailure = failure
+			c.StoreFallbackLocal = fallback
 			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		})
 		r := req(t, "skew.test")
@@ -225,15 +225,15 @@ func TestDeadlinePassedInRedisTime(t *testing.T) {
 		_, err = m.Acquire(ctx, r)
 		cancel()
 		var we *throttle.WaitError
-		require.ErrorAs(t, err, &we, "%v: %v", failure, err)
+		require.ErrorAs(t, err, &we, "fallback %v: %v", fallback, err)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NotErrorIs(t, err, store.ErrUnavailable)
 
 		// Without a deadline of the caller's, the store goes on.
 		p, err = m.Acquire(context.Background(), r)
-		require.NoError(t, err, "%v", failure)
+		require.NoError(t, err, "fallback %v", fallback)
 		p.Release(&http.Response{StatusCode: 200}, nil)
-		require.NotContains(t, logs.String(), "store unavailable", "%v: a caller's deadline taken for a store failure", failure)
+		require.NotContains(t, logs.String(), "store unavailable", "fallback %v: a caller's deadline taken for a store failure", fallback)
 	}
 }
 

@@ -89,8 +89,8 @@
 // # Failures
 //
 // Each call is bounded by Options.Timeout. What the manager then does is
-// throttle.Config.StoreFailure: FailClosed (Acquire returns a
-// *store.Error) or FallbackLocal. Concurrent calls share
+// throttle.Config.StoreFallbackLocal: false, failing closed
+// (Acquire returns a *store.Error), or true. Concurrent calls share
 // pipelines, and on a cluster a pipeline is answered once every node in it
 // has answered: while a master is unreachable, a call to a healthy master
 // that shares a pipeline with a call to it may time out too.
@@ -123,18 +123,18 @@
 //     agreed and the election: 2 to 2.7s measured) and each client has
 //     reloaded its slot map (up to ClusterStateReloadInterval more; the
 //     call that starts a reload still fails). Their first admission came
-//     2.8 to 3.1s after the kill with FailClosed, 2.6 to 4.1s with
-//     FallbackLocal (which asks again every StoreRetry).
+//     2.8 to 3.1s after the kill when failing closed, 2.6 to 4.1s with
+//     StoreFallbackLocal (which asks again every StoreRetry).
 //   - The other scopes: from the moment the cluster agrees the master has
 //     failed until the promotion, every node answers CLUSTERDOWN (Redis
 //     Cluster's default, cluster-require-full-coverage yes): 0.7 to 1.2s
 //     measured. Besides, their calls may time out while the dead master's
 //     do, when they share a pipeline (see Failures).
-//   - With FailClosed, Acquire returns a *store.Error for those
+//   - Failing closed, Acquire returns a *store.Error for those
 //     calls; a waiter gets it at its next attempt, unless its deadline
 //     comes first. No limit is exceeded (measured: none), but for the lost
 //     writes and expired leases below.
-//   - With FallbackLocal, a manager whose call fails admits from local
+//   - With StoreFallbackLocal, a manager whose call fails admits from local
 //     state, on every scope, for StoreRetry, again after each failed
 //     retry: each worker holds the limits alone, so N workers may have up
 //     to N·Concurrency in flight per scope, beside the store's permits
@@ -187,7 +187,7 @@
 // master's (see Failover, measured on a cluster), on every scope at once,
 // as there is one master: every call fails from the master's death until
 // Sentinel has promoted a replica (down-after-milliseconds, default 30s,
-// plus the election) and the client has connected to it; FallbackLocal
+// plus the election) and the client has connected to it; StoreFallbackLocal
 // admits from local state meanwhile; leases outlive an outage shorter
 // than LeaseTTL/3; and the writes the replica had not received are lost,
 // with the costs above: up to Concurrency extra in flight per scope until

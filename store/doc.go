@@ -30,5 +30,6 @@
 //
 // An Error, wrapping the store's error and matching ErrUnavailable, is
 // what throttle's Acquire returns when the Store fails and
-// throttle.Config.StoreFailure is FailClosed.
+// throttle.Config.StoreFallbackLocal is false (the
+// default: fail closed).
 package store

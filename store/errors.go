@@ -10,7 +10,8 @@ import (
 var ErrUnavailable = errors.New("throttle: store unavailable")
 
 // An Error is returned by throttle's Acquire and TryAcquire when the Store
-// failed and throttle.Config.StoreFailure is FailClosed. It wraps the
+// failed and throttle.Config.StoreFallbackLocal is false (the
+// default: fail closed). It wraps the
 // store's error. The manager never makes one with a nil Err; Error panics
 // on a zero Error. A plain value: copy it freely, but don't change it
 // while another goroutine reads it.
@@ -33,6 +34,6 @@ func (e *Error) Is(target error) bool { return target == ErrUnavailable }
 // store's own clock (which may run a little ahead of the caller's): the
 // caller gave up, the store did not fail. The manager returns a
 // *throttle.WaitError wrapping context.DeadlineExceeded for it, and with
-// FallbackLocal does not take the store for down. It wraps
+// StoreFallbackLocal does not take the store for down. It wraps
 // context.DeadlineExceeded itself.
 var ErrPastDeadline = fmt.Errorf("throttle: store: the caller's deadline has passed by the store's clock: %w", context.DeadlineExceeded)

@@ -30,7 +30,7 @@ func runWorker(ctx context.Context, o options) error {
 		// Timeout 5s, not the default 1s: the test runs four of these
 		// under the race detector on small CI machines, where a call to
 		// Redis can stall for a second; a crawler would keep the default
-		// and FailClosed (or FallbackLocal) on such a hiccup.
+		// and failing closed (or StoreFallbackLocal) on such a hiccup.
 		store, err := redisstore.New(rdb, redisstore.Options{Prefix: o.prefix, Timeout: 5 * time.Second})
 		if err != nil {
 			return err
