@@ -27,15 +27,14 @@ func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Pe
 }
 
 // acquire is Acquire for a request that may not start before notBefore,
-// going through rt (nil for manual callers).
+// going through rt (nil for manual callers). The features that follow
+// admission (observers.go) hear of it before and after.
 func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
-	if !m.slowAcquire {
+	if !m.obs.acquire {
 		return m.acquireNow(ctx, req, notBefore, rt)
 	}
 	called := m.clock.Now()
-	if m.cfg.MaxHold > 0 {
-		m.reclaim(called)
-	}
+	m.beforeAdmit(called)
 	p, err := m.acquireNow(ctx, req, notBefore, rt)
 	if err == nil {
 		m.admitted(p, called)
@@ -43,27 +42,7 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 	return p, err
 }
 
-// admitted does what a granted permit needs beyond the fast path
-// (m.slowAcquire): listing it for MaxHold, and the Admitted hook.
-func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
-	if m.cfg.MaxHold > 0 {
-		m.holds.add(p, m.clock.Now())
-	}
-	if m.cfg.Hooks.Admitted == nil {
-		return
-	}
-	ok := false
-	defer func() {
-		if !ok { // the hook panicked: the caller never gets p, so give it back
-			p.ReleaseFeedback(Feedback{NoAdjust: true})
-		}
-	}()
-	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
-		URL: p.url(), Context: p.context(), Robots: p.robots})
-	ok = true
-}
-
-// acquireNow is acquire without what m.slowAcquire adds.
+// acquireNow is acquire without the observers.
 func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
@@ -116,9 +95,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		ctx = req.Context()
 	}
 	now := m.clock.Now()
-	if m.cfg.MaxHold > 0 {
-		m.reclaim(now)
-	}
+	m.beforeAdmit(now)
 	p, err := m.newPermit(ctx, req, now, true)
 	if err != nil {
 		return nil, Admission{}, err
@@ -145,9 +122,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		unusedPermits.Put(p)
 		return nil, adm, err
 	}
-	if m.slowAcquire {
-		m.admitted(p, now)
-	}
+	m.admitted(p, now)
 	return p, Admission{}, nil
 }
 
@@ -488,12 +463,10 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			}
 		}
 
-		if adm.At.IsZero() && m.cfg.MaxHold > 0 {
-			// Waiting for a release: the oldest permit may be reclaimed
-			// first.
-			if dl := m.holdDeadline(); !dl.IsZero() {
-				adm.At = dl
-			}
+		if adm.At.IsZero() {
+			// Waiting for a release: a slot may be freed without one
+			// first (MaxHold reclaims the oldest permit).
+			adm.At = m.freedAt()
 		}
 		var timerC <-chan time.Time
 		if !adm.At.IsZero() {
@@ -511,9 +484,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		case <-w.wake:
 		case <-timerC:
 		}
-		if m.cfg.MaxHold > 0 {
-			m.reclaim(m.clock.Now())
-		}
+		m.beforeAdmitNow()
 		lockAll(hs)
 		now = m.clock.Now() // with the scopes locked, as above
 	}
