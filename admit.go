@@ -23,19 +23,19 @@ import (
 // falls before the earliest possible start. A caller that stops waiting
 // consumes nothing and holds no slot.
 func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
-	return m.acquire(ctx, req, time.Time{}, nil)
+	return m.acquire(ctx, req, time.Time{})
 }
 
-// acquire is Acquire for a request that may not start before notBefore,
-// going through rt (nil for manual callers). The features that follow
-// admission (observers.go) hear of it before and after.
-func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+// acquire is Acquire for a request that may not start before notBefore
+// (the Transport's redirect gate). The features that follow admission
+// (observers.go) hear of it before and after.
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
 	if !m.obs.acquire {
-		return m.acquireNow(ctx, req, notBefore, rt)
+		return m.acquireNow(ctx, req, notBefore)
 	}
 	called := m.clock.Now()
 	m.beforeAdmit(called)
-	p, err := m.acquireNow(ctx, req, notBefore, rt)
+	p, err := m.acquireNow(ctx, req, notBefore)
 	if err == nil {
 		m.admitted(p, called)
 	}
@@ -43,7 +43,7 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 }
 
 // acquireNow is acquire without the observers.
-func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -51,7 +51,7 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 	robotsFetch := false
 	if m.robots != nil && req != nil {
 		var err error
-		if robotsFetch, now, err = m.robots.before(ctx, req, rt, now); err != nil {
+		if robotsFetch, now, err = m.robots.before(ctx, req, now); err != nil {
 			return nil, err
 		}
 	}
