@@ -24,48 +24,27 @@ import (
 // Config.MaxRefusal). A caller that stops waiting consumes nothing and
 // holds no slot.
 func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
-	return m.acquire(ctx, req, time.Time{}, nil)
+	return m.acquire(ctx, req, time.Time{})
 }
 
-// acquire is Acquire for a request that may not start before notBefore,
-// going through rt (nil for manual callers).
-func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
-	if !m.slowAcquire {
-		return m.acquireNow(ctx, req, notBefore, rt)
+// acquire is Acquire for a request that may not start before notBefore
+// (the Transport's redirect gate). The features that follow admission
+// (observers.go) hear of it before and after.
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+	if !m.obs.acquire {
+		return m.acquireNow(ctx, req, notBefore)
 	}
 	called := m.clock.Now()
-	if m.cfg.MaxHold > 0 {
-		m.reclaim(called)
-	}
-	p, err := m.acquireNow(ctx, req, notBefore, rt)
+	m.beforeAdmit(called)
+	p, err := m.acquireNow(ctx, req, notBefore)
 	if err == nil {
 		m.admitted(p, called)
 	}
 	return p, err
 }
 
-// admitted does what a granted permit needs beyond the fast path
-// (m.slowAcquire): listing it for MaxHold, and the Admitted hook.
-func (m *ThrottlingManager) admitted(p *Permit, called time.Time) {
-	if m.cfg.MaxHold > 0 {
-		m.holds.add(p, m.clock.Now())
-	}
-	if m.cfg.Hooks.Admitted == nil {
-		return
-	}
-	ok := false
-	defer func() {
-		if !ok { // the hook panicked: the caller never gets p, so give it back
-			p.ReleaseFeedback(Feedback{NoAdjust: true})
-		}
-	}()
-	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
-		URL: p.url(), Context: p.context(), Robots: p.robots})
-	ok = true
-}
-
-// acquireNow is acquire without what m.slowAcquire adds.
-func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time, rt *Transport) (*Permit, error) {
+// acquireNow is acquire without the observers.
+func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -73,7 +52,7 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 	robotsFetch := false
 	if m.robots != nil && req != nil {
 		var err error
-		if robotsFetch, now, err = m.robots.before(ctx, req, rt, now); err != nil {
+		if robotsFetch, now, err = m.robots.before(ctx, req, now); err != nil {
 			return nil, err
 		}
 	}
@@ -117,9 +96,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		ctx = req.Context()
 	}
 	now := m.clock.Now()
-	if m.cfg.MaxHold > 0 {
-		m.reclaim(now)
-	}
+	m.beforeAdmit(now)
 	p, err := m.newPermit(ctx, req, now, true)
 	if err != nil {
 		return nil, Admission{}, err
@@ -146,9 +123,7 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 		unusedPermits.Put(p)
 		return nil, adm, err
 	}
-	if m.slowAcquire {
-		m.admitted(p, now)
-	}
+	m.admitted(p, now)
 	return p, Admission{}, nil
 }
 
@@ -489,12 +464,10 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			}
 		}
 
-		if adm.At.IsZero() && m.cfg.MaxHold > 0 {
-			// Waiting for a release: the oldest permit may be reclaimed
-			// first.
-			if dl := m.holdDeadline(); !dl.IsZero() {
-				adm.At = dl
-			}
+		if adm.At.IsZero() {
+			// Waiting for a release: a slot may be freed without one
+			// first (MaxHold reclaims the oldest permit).
+			adm.At = m.freedAt()
 		}
 		var timerC <-chan time.Time
 		if !adm.At.IsZero() {
@@ -512,9 +485,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 		case <-w.wake:
 		case <-timerC:
 		}
-		if m.cfg.MaxHold > 0 {
-			m.reclaim(m.clock.Now())
-		}
+		m.beforeAdmitNow()
 		lockAll(hs)
 		now = m.clock.Now() // with the scopes locked, as above
 	}

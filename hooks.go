@@ -116,6 +116,42 @@ type WarningEvent struct {
 	Scope   string // "" when not about one scope
 }
 
+// subscribeHooks subscribes the hooks in use to the seam (observers.go):
+// Admitted to admitted; the policy hooks and Released to afterRelease.
+func (m *ThrottlingManager) subscribeHooks(o *observers) {
+	h := &m.cfg.Hooks
+	if h.Admitted != nil {
+		o.admitted = append(o.admitted, m.hookAdmitted)
+	}
+	if watch := h.watchesPolicy(); watch || h.Released != nil {
+		o.policy = watch
+		o.subscribeReleased(rankHooks, m.hookReleased)
+	}
+}
+
+// hookAdmitted calls the Admitted hook; called is when Acquire or
+// TryAcquire was called.
+func (m *ThrottlingManager) hookAdmitted(p *Permit, called time.Time) {
+	ok := false
+	defer func() {
+		if !ok { // the hook panicked: the caller never gets p, so give it back
+			p.ReleaseFeedback(Feedback{NoAdjust: true})
+		}
+	}()
+	m.cfg.Hooks.Admitted(AdmittedEvent{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
+		URL: p.url(), Context: p.context(), Robots: p.robots})
+	ok = true
+}
+
+// hookReleased calls the hooks of a release: the policy hooks with ev,
+// then Released.
+func (m *ThrottlingManager) hookReleased(p *Permit, fb Feedback, ev hookEvents) {
+	m.fire(&ev)
+	if h := m.cfg.Hooks.Released; h != nil {
+		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
+	}
+}
+
 // policySnap is what the release hooks compare before and after Finish.
 type policySnap struct {
 	delay   time.Duration

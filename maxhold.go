@@ -63,6 +63,27 @@ func (h *holds) unlink(p *Permit) {
 	}
 }
 
+// subscribeMaxHold subscribes MaxHold to the seam (observers.go) when
+// Config.MaxHold is set: reclaim before each admission, list each permit
+// granted and unlist it when released, and give a caller waiting for a
+// release the oldest permit's deadline.
+func (m *ThrottlingManager) subscribeMaxHold(o *observers) {
+	if m.cfg.MaxHold <= 0 {
+		return
+	}
+	o.beforeAdmit = append(o.beforeAdmit, m.reclaim)
+	o.admitted = append(o.admitted, func(p *Permit, _ time.Time) { m.holds.add(p, m.clock.Now()) })
+	o.releasing = append(o.releasing, m.unhold)
+	o.freedAt = append(o.freedAt, m.holdDeadline)
+}
+
+// unhold takes p off the list of held permits, if it is on it.
+func (m *ThrottlingManager) unhold(p *Permit) {
+	if e := p.ext; e != nil && e.hlisted {
+		m.holds.remove(p)
+	}
+}
+
 // deadline returns when the oldest permit is due to be reclaimed (zero:
 // none held).
 func (m *ThrottlingManager) holdDeadline() time.Time {

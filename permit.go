@@ -1,6 +1,7 @@
 // This file holds Permit and the release pipeline: Release and
 // ReleaseFeedback hand the response's Feedback to each scope's
-// ScopeManager, give the slots back, and tell the hooks and ReadyQueues.
+// ScopeManager, give the slots back, and tell the features that follow
+// releases (observers.go: MaxHold, the hooks, the warnings, ReadyQueues).
 
 package throttle
 
@@ -172,18 +173,13 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // Feedback in the Permit instead would make the Permit 248 bytes, not 128:
 // that costs every Acquire more than the copy costs a custom policy.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
-	if e := p.ext; e != nil {
-		if e.hlisted {
-			m.holds.remove(p)
-		}
-		if e.shared {
-			cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
-			m.releaseShared(p, now, &cp)
-			m.notifyRelease(p.scopes) // readyqueue.go
-			return
-		}
+	m.releasing(p) // observers.go; the Store's path ends with afterRelease too
+	if e := p.ext; e != nil && e.shared {
+		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
+		m.releaseShared(p, now, &cp)
+		return
 	}
-	watch := m.cfg.Hooks.watchesPolicy()
+	watch := m.obs.policy
 	var ev hookEvents
 	var shared *Feedback
 	for i := range p.scopes {
@@ -210,8 +206,8 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		h.s.lastUsed = now.UnixNano()
 		signal := signalOf(h.s, fb)
 		h.s.counts.finished(now, fb, signal, p.robots)
-		if h.s.counts.requests == ineffectiveAfter && !p.robots {
-			m.checkIneffective(h.s)
+		if h.s.counts.requests == m.obs.settledAfter && !p.robots {
+			m.settled(h.s) // observers.go
 		}
 		if watch {
 			ev.observe(h.s, before, fb, signal, p.robots)
@@ -220,20 +216,6 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		h.s.mu.Unlock()
 	}
 	m.global.release()
-	if watch || m.cfg.Hooks.Released != nil || m.hasPending.Load() {
-		m.afterRelease(p, fb, &ev, watch)
-	}
-	m.notifyRelease(p.scopes) // after the slots are free; readyqueue.go
+	m.afterRelease(p, fb, &ev, watch) // after the slots are free; observers.go
 	m.raise(p.scopes)
-}
-
-// afterRelease calls the hooks of a release, with no lock held.
-func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents, watch bool) {
-	if watch {
-		m.fire(ev)
-	}
-	if h := m.cfg.Hooks.Released; h != nil {
-		h(ReleasedEvent{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
-	}
-	m.flushWarnings()
 }

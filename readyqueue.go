@@ -104,17 +104,8 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		multi:       make(map[string]*setQueue),
 		parkedMulti: make(map[string]map[*setQueue]struct{}),
 	}
-	for {
-		old := m.releaseHooks.Load()
-		var hooks []func(string)
-		if old != nil {
-			hooks = append(hooks, *old...)
-		}
-		hooks = append(hooks, q.released)
-		if m.releaseHooks.CompareAndSwap(old, &hooks) {
-			break
-		}
-	}
+	// Before the queue's first attempt: see observers.go.
+	m.obs.subscribeReleased(rankQueues, q.releasedPermit)
 	if m.cfg.Store != nil {
 		m.cfg.Store.Watch(q.released) // for the queue's lifetime, like the hook
 	}
@@ -314,9 +305,18 @@ func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, e
 	return nil, nil, time.Time{}, nil
 }
 
-// released is the manager's release hook (and, with a Store, its Watch
-// function): a permit of the scope key was released, so the groups parked
-// on it may start, and so may a request the global cap refused.
+// releasedPermit is the queue's subscription to the manager's releases
+// (observers.go): p's slots are free.
+func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
+	for i := range p.scopes {
+		q.released(p.scopes[i].s.key)
+	}
+}
+
+// released is the queue's release hook, called for each scope of a
+// permit the manager released (releasedPermit) and, with a Store, its
+// Watch function: a permit of the scope key was released, so the groups
+// parked on it may start, and so may a request the global cap refused.
 func (q *ReadyQueue) released(key string) {
 	if !q.armed.Load() {
 		return
@@ -519,18 +519,4 @@ func (q *ReadyQueue) leave(p *popper) {
 		return
 	}
 	q.poppers.remove(p)
-}
-
-// notifyRelease tells the manager's ReadyQueues that the permit holding
-// hs was released. It runs at the end of every release, with no lock held.
-func (m *ThrottlingManager) notifyRelease(hs []held) {
-	hooks := m.releaseHooks.Load()
-	if hooks == nil {
-		return
-	}
-	for _, f := range *hooks {
-		for i := range hs {
-			f(hs[i].s.key)
-		}
-	}
 }

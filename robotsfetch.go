@@ -88,6 +88,46 @@ func originOf(req *http.Request) (origin, bool) {
 	return origin{https: u.Scheme == "https", host: u.Host}, true
 }
 
+// viaTransport is the context a request of the Transport t is admitted
+// with when a robots.txt fetch the request starts goes through t
+// (fetchesVia), so through t's base RoundTripper (its proxy, TLS and
+// dialer settings), as the request itself will be sent. The admission
+// path (acquire) knows nothing of Transports: it hands the context on,
+// and only start, which makes a fetch, reads t back (transportOf). The
+// Transport keeps it in the allocation it makes anyway for its latency
+// trace (Transport.admission), so it costs no allocation of its own.
+type viaTransport struct {
+	context.Context
+	t *Transport
+}
+
+// viaTransportKey is the context key under which viaTransport answers t.
+type viaTransportKey struct{}
+
+// Value answers t for viaTransportKey, and the request's values otherwise.
+func (v *viaTransport) Value(key any) any {
+	if key == (viaTransportKey{}) {
+		return v.t
+	}
+	return v.Context.Value(key)
+}
+
+// fetchesVia reports whether the robots.txt fetch a Transport's request
+// starts goes through that Transport: robots.txt handling on (c not nil)
+// and no RobotsConfig.Client, which fetches for everyone.
+func (c *robotsCache) fetchesVia() bool {
+	return c != nil && c.cfg.Client == nil
+}
+
+// transportOf returns the Transport of c's manager that ctx came through
+// (viaTransport), or nil (Acquire, RobotsFor: the fetch uses c.client).
+func (c *robotsCache) transportOf(ctx context.Context) *Transport {
+	if t, _ := ctx.Value(viaTransportKey{}).(*Transport); t != nil && t.m == c.m {
+		return t
+	}
+	return nil
+}
+
 // isRobotsFetch reports whether req is a robots.txt fetch of the
 // manager's own (a request of robotsCache.get, or a redirect it follows).
 func isRobotsFetch(req *http.Request) bool {
@@ -102,11 +142,11 @@ func isRobotsFetch(req *http.Request) bool {
 // never refused and fetches nothing), the time (later than now if it
 // waited for the fetch), and the error to return: ctx's, as a
 // *WaitError, if it ended during the fetch, or a *DisallowedError.
-func (c *robotsCache) before(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (fetch bool, _ time.Time, _ error) {
+func (c *robotsCache) before(ctx context.Context, req *http.Request, now time.Time) (fetch bool, _ time.Time, _ error) {
 	if isRobotsFetch(req) {
 		return true, now, nil
 	}
-	if c.ensure(ctx, req, rt, now) {
+	if c.ensure(ctx, req, now) {
 		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
 			return false, now, &WaitError{Reason: ReasonRobots, Err: err}
 		}
@@ -169,11 +209,11 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 // as ctx allows (a caller that did not start it, at most FetchTimeout). The
 // fetch is no caller's: it runs on its own goroutine, with ctx's values but
 // not its cancellation or deadline, bounded by FetchTimeout, so a caller
-// that leaves does not make it fail for the others. rt, if not nil, is the
-// Transport the request goes through, used for the fetch. It reports
+// that leaves does not make it fail for the others. A request of a
+// Transport fetches through that Transport (see viaTransport). It reports
 // whether it waited (so the caller's now is stale, and ctx may have ended:
 // the caller checks).
-func (c *robotsCache) ensure(ctx context.Context, req *http.Request, rt *Transport, now time.Time) (waited bool) {
+func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Time) (waited bool) {
 	key, ok := originOf(req)
 	if !ok || c.fresh(key, now) {
 		return false
@@ -203,7 +243,7 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, rt *Transpo
 	c.evictLocked(now)
 	c.origins[key] = ne
 	c.mu.Unlock()
-	run := c.start(ctx, req, key, ne, rt)
+	run := c.start(ctx, req, key, ne)
 	select { // the fetch ends by FetchTimeout
 	case <-ne.done:
 	case <-ctx.Done():
@@ -237,8 +277,8 @@ func (r *robotsRun) leave() {
 
 // start fetches key's robots.txt for e on a new goroutine. What the fetch
 // needs of req is read now: the caller may change req once it has left.
-func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry, rt *Transport) *robotsRun {
-	f := robotsFetch{key: key, e: e, rt: rt, ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
+func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry) *robotsRun {
+	f := robotsFetch{key: key, e: e, rt: c.transportOf(ctx), ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
 	if f.agent == "" {
 		f.agent = robots.ProductToken(req.UserAgent())
 	}
@@ -289,7 +329,8 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 	return run
 }
 
-// robotsFetch is what one fetch needs.
+// robotsFetch is what one fetch needs; rt is the Transport the request
+// came through (viaTransport), or nil.
 type robotsFetch struct {
 	key     origin
 	e       *robotsEntry
@@ -514,7 +555,7 @@ func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*
 	if req == nil || req.URL == nil {
 		return nil, ErrNoHost
 	}
-	m.robots.ensure(ctx, req, nil, m.clock.Now())
+	m.robots.ensure(ctx, req, m.clock.Now())
 	key, ok := originOf(req)
 	if !ok {
 		return nil, nil

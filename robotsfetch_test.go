@@ -144,6 +144,33 @@ func TestRobotsConcurrentFirstRequestsShareOneFetch(t *testing.T) {
 	})
 }
 
+// TestRobotsFetchedThroughTheRequestsTransport: an origin's robots.txt is
+// fetched through the Transport whose request needs it, so through its
+// base RoundTripper; Acquire's callers fetch with RobotsConfig.Client,
+// which, when set, fetches for the Transports' requests too.
+func TestRobotsFetchedThroughTheRequestsTransport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, c := &robotsSite{}, &robotsSite{}, &robotsSite{}
+		m := robotsManager(t, nil)
+		m.robots.client = &http.Client{Transport: m.Transport(c), CheckRedirect: limitRedirects}
+		fetchPage(t, &http.Client{Transport: m.Transport(a)}, "http://a.example/", "")
+		fetchPage(t, &http.Client{Transport: m.Transport(b)}, "http://b.example/", "")
+		p, err := m.Acquire(context.Background(), get(t, "http://c.example/"))
+		require.NoError(t, err)
+		p.Release(ok200, nil)
+		assert.Equal(t, [3]int32{1, 1, 1}, [3]int32{a.fetches.Load(), b.fetches.Load(), c.fetches.Load()})
+
+		client, d := &robotsSite{}, &robotsSite{}
+		m2 := robotsManager(t, func(cfg *Config) {
+			cfg.Robots.Client = &http.Client{Transport: client}
+		})
+		fetchPage(t, &http.Client{Transport: m2.Transport(d)}, "http://d.example/", "")
+		assert.Equal(t, int32(1), client.fetches.Load(), "Robots.Client fetches for the Transport")
+		assert.Equal(t, int32(0), d.fetches.Load())
+		assert.Equal(t, int32(1), d.pages.Load())
+	})
+}
+
 func TestRobotsDelayCappedAndNeverLowers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		site := &robotsSite{robotsTxt: "User-agent: *\nCrawl-delay: 3600\n"}

@@ -38,13 +38,13 @@ type ThrottlingManager struct {
 
 	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
 	customFeedback    bool        // Config.Feedback is the user's: guard it
-	slowAcquire       bool        // an Admitted hook or MaxHold: acquire does more
 	warnedIneffective atomic.Bool
 	warnedHold        atomic.Bool
 	holds             holds // held permits, with Config.MaxHold
 	hasPending        atomic.Bool
 	pendingMu         sync.Mutex
 	pending           []WarningEvent // warnings found under locks, given out after
+	flushing          bool           // guarded by pendingMu: flushWarnings hears of releases
 
 	// sweepStep's turn: when it next looks at a shard (UnixNano, which
 	// inlines where Before does not; compared by difference, so right
@@ -53,11 +53,9 @@ type ThrottlingManager struct {
 	sweepNext atomic.Int64
 	sweepTurn atomic.Uint32
 
-	// releaseHooks are told the key of each scope of every released
-	// permit, once its slots are free: each ReadyQueue re-checks the
-	// requests that wait for such a release (readyqueue.go). Copied on
-	// write; nil while the manager has no ReadyQueue.
-	releaseHooks atomic.Pointer[[]func(key string)]
+	// obs are the features that follow admission and release: MaxHold,
+	// the hooks, the warnings, ReadyQueues (observers.go).
+	obs observers
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
@@ -109,7 +107,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 	if cfg.Store != nil {
 		m.shared = newShared(cfg.Store)
 	}
-	m.slowAcquire = cfg.Hooks.Admitted != nil || cfg.MaxHold > 0
+	m.obs.subscribe(m)
 	m.warnStatic()
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -76,7 +77,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNilRequest
 	}
 	ctx := req.Context()
-	p, err := t.m.acquire(ctx, req, t.redirectGate(req), t)
+	actx, lt := t.admission(ctx)
+	p, err := t.m.acquire(actx, req, t.redirectGate(req))
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -84,7 +86,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	clock := t.m.clock
-	var lt latencyTrace
 	trace := &httptrace.ClientTrace{
 		GotConn:              func(httptrace.GotConnInfo) { lt.conn.Store(clock.Now().UnixNano()) },
 		GotFirstResponseByte: func() { lt.first.Store(clock.Now().UnixNano()) },
@@ -121,6 +122,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &releasingBody{rc: resp.Body, p: p, fb: fb}
 	return resp, nil
+}
+
+// admission returns the context a request with the context ctx is
+// admitted with, and the latencyTrace of its round trip: ctx itself, or,
+// when the robots.txt fetch the request may start goes through t
+// (robotsfetch.go: viaTransport), ctx carrying t, so acquire needs no
+// Transport; that context shares the latencyTrace's allocation. The
+// request is sent with its own context.
+func (t *Transport) admission(ctx context.Context) (context.Context, *latencyTrace) {
+	if !t.m.robots.fetchesVia() {
+		return ctx, new(latencyTrace)
+	}
+	rt := &struct {
+		lt  latencyTrace
+		via viaTransport
+	}{via: viaTransport{Context: ctx, t: t}}
+	return &rt.via, &rt.lt
 }
 
 // latencyTrace records httptrace times; the callbacks may run on the

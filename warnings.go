@@ -38,13 +38,28 @@ func (m *ThrottlingManager) checkIneffective(s *scope) {
 	}
 }
 
+// subscribeWarnings subscribes the check of ineffective settings to the
+// seam (observers.go): it looks at each scope once, at the release that
+// finds ineffectiveAfter requests counted.
+func (m *ThrottlingManager) subscribeWarnings(o *observers) {
+	o.settledAfter = ineffectiveAfter
+	o.settled = append(o.settled, m.checkIneffective)
+}
+
 // warnAsync records a warning to give out once the caller's locks are
-// released (the Warning hook must be called without them).
+// released (the Warning hook must be called without them): the first one
+// subscribes flushWarnings to the seam's afterRelease (observers.go), so
+// the release that found it, and any after, give it out.
 func (m *ThrottlingManager) warnAsync(msg, scope string) {
 	m.pendingMu.Lock()
 	m.pending = append(m.pending, WarningEvent{Message: msg, Scope: scope})
+	subscribe := !m.flushing
+	m.flushing = true
 	m.pendingMu.Unlock()
 	m.hasPending.Store(true)
+	if subscribe {
+		m.obs.subscribeReleased(rankWarnings, func(*Permit, Feedback, hookEvents) { m.flushWarnings() })
+	}
 }
 
 // flushWarnings gives out the warnings recorded under locks.
