@@ -43,7 +43,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, globalCap int) {
 		switch {
 		case r.bad == 0:
 			r.set(now, cfg, globalCap, 2*r.rate) // slow start
-		case r.bad > r.good*(1+rampupEpsilon):
+		case r.bad > r.good*(1+r.bisectEnd()):
 			r.set(now, cfg, globalCap, math.Sqrt(r.good*r.bad))
 		}
 		if r.rate == r.good {
@@ -124,6 +124,18 @@ func (r *rampup) tookEffect() bool {
 	}
 	span := r.rLast.Sub(r.rFirst).Seconds()
 	return span <= 0 || float64(n-1)/span >= rampupEffect*r.rate
+}
+
+// bisectEnd is how close the search's bisection brings the good and bad
+// rates: rampupBisectEnd where a failed probe is cheap in signals (rate x
+// latency of 2 or less: one refusal or so), else rampupEpsilon, since the
+// steady state would then probe the bad rate, the costliest probe, in its
+// measured windows rather than during the start.
+func (r *rampup) bisectEnd() float64 {
+	if r.rate*r.lat.Seconds() <= 2 {
+		return rampupBisectEnd
+	}
+	return rampupEpsilon
 }
 
 // settle ends the search at the good rate.

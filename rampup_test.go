@@ -635,3 +635,36 @@ func TestRampupStatedRateStepsDown(t *testing.T) {
 		}
 	}
 }
+
+// TestRampupBisectionEnd: the search stops bisecting at 4 % where a failed
+// probe is cheap (rate x latency <= 2: one refusal or so, and at 1 req/s
+// each cost the first minute about one answer in sixty), at 2 % where it
+// is not (50 req/s at 100 ms: about 3 refusals a probe, 50 at 2 s, better
+// spent in the search than in the steady state's windows).
+func TestRampupBisectionEnd(t *testing.T) {
+	for _, c := range []struct {
+		good, bad float64
+		lat       time.Duration
+		settled   bool
+	}{
+		{1, 1.05, 50 * ms, false},
+		{1, 1.03, 50 * ms, true},
+		{1, 1.03, 2 * time.Second, true},
+		{50, 51.5, 100 * ms, false},
+		{50, 50.9, 100 * ms, true},
+	} {
+		p := newPolicy(t, rampConfig())
+		r := p.s.rampup
+		r.lat, r.good, r.bad = c.lat, c.good, c.bad
+		r.set(p.now, &p.s.cfg, 16, c.good)
+		gap := time.Duration(float64(time.Second) / c.good)
+		for i := 0; i < 10 && r.rate == c.good && !r.settled; i++ { // one good round at the good rate
+			p.now = p.now.Add(gap)
+			p.answer(p.now.Add(-ms), ok)
+		}
+		assert.Equal(t, c.settled, r.settled, "good %v bad %v at %v", c.good, c.bad, c.lat)
+		if !c.settled {
+			assert.InDelta(t, math.Sqrt(c.good*c.bad), r.rate, 1e-9, "bisects")
+		}
+	}
+}

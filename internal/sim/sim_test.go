@@ -805,14 +805,16 @@ type coldTarget struct{ cold, share, signals float64 }
 // coldGaps are the cold cases that miss a target, with what they reach
 // (measured on 8 seeds, worst seed, a little margin).
 //
-//   - At a latency of 2 s, no client finds a limit within 60 s from
-//     1 req/s: each doubling needs an answer, one round trip, and the
-//     trailing-60 s rate counts the seconds before as zero. 90 % comes at
-//     63-82 s (123 s at a limit of 1 req/s, which is the start rate: any
-//     probe above it is refused).
-//   - A limit of 1 or 5 req/s at 50 ms with no burst: the probes above
-//     the limit cost the first minute a few requests, which the fixed
-//     60-s divisor does not forgive (82 s and 60.3 s).
+//   - At a latency of 2 s, no client that does not hurt the server finds
+//     a limit within 60 s from 1 req/s: each step up needs an answer, one
+//     round trip, and the trailing-60 s rate counts the seconds before as
+//     zero. At 50 req/s, 90 % of the first minute leaves 6 s at the full
+//     rate to lose in all; from 1 req/s that is the limit found within
+//     about 2.5 round trips, a growth of 5x or more per round trip, which
+//     overshoots the limit by as much for a whole round trip (some 250
+//     refused requests); doubling per round trip loses 12 s to the climb
+//     alone. 90 % comes at 63-82 s (80 s at a limit of 1 req/s, the start
+//     rate itself: any probe above it is refused).
 //   - Token buckets with a burst of 10 (1 req/s at 2 s, 20 req/s at 1 ms):
 //     a probe above the limit is answered from the burst for seconds
 //     before a refusal says it is too fast; 2.1-2.6 signals a minute.
@@ -831,10 +833,8 @@ type coldTarget struct{ cold, share, signals float64 }
 //     it admits) after 71-82 s, then 94.2 %.
 var coldGaps = map[string]coldTarget{
 	"cold-10per1s-httprate":  {cold: 90, share: 0.93, signals: 2},
-	"cold-1rps-b0-50ms":      {cold: 90, share: 0.95, signals: 2},
-	"cold-1rps-b0-2s":        {cold: 130, share: 0.95, signals: 2},
+	"cold-1rps-b0-2s":        {cold: 85, share: 0.95, signals: 2},
 	"cold-1rps-b10-2s":       {cold: 60, share: 0.95, signals: 2.5},
-	"cold-5rps-b0-50ms":      {cold: 65, share: 0.95, signals: 2},
 	"cold-5rps-b0-2s":        {cold: 90, share: 0.95, signals: 2},
 	"cold-20rps-b0-2s":       {cold: 85, share: 0.95, signals: 2},
 	"cold-20rps-b10-1ms":     {cold: 60, share: 0.95, signals: 3},
