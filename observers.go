@@ -19,22 +19,23 @@ package throttle
 //   - a ReadyQueue (NewReadyQueue): afterRelease unparks the groups waiting
 //     for one of the permit's scopes.
 //
-// Only the features in use subscribe, and the manager without any pays
-// what it paid before the seam: a check of a bool or an empty list at
-// each point, and one atomic load per release. The points of admission
-// (beforeAdmit, admitted, freedAt), releasing and settled are fixed in
-// New, so they are plain slices read without a lock. afterRelease's subscribers
-// may come later (a ReadyQueue made after New, the first warning found),
-// so they are a slice copied on write, under obs.mu, and read with one
-// atomic load after the slots are free: a ReadyQueue subscribes before
-// its first attempt, so a release that frees a slot after that attempt
-// was refused always finds it (see ReadyQueue.armed).
+// Only the features in use subscribe, so a manager without them pays a
+// check of a bool or an empty list at each point, and one atomic load
+// per release. The points of admission (beforeAdmit, admitted, freedAt),
+// releasing and settled are fixed in New, so they are plain slices read
+// without a lock. afterRelease's subscribers may come later (a ReadyQueue
+// made after New, the first warning found), so they are a slice copied
+// on write, under obs.mu, and read with one atomic load after the slots
+// are free: a ReadyQueue subscribes before its first attempt, so a
+// release that frees a slot after that attempt was refused always finds
+// it (see ReadyQueue.armed).
 //
-// A subscriber is called with no lock of the manager held, on the
-// goroutine of the Acquire or Release that caused the event. The Feedback
-// and the policy changes reach afterRelease's subscribers by value: a
-// pointer passed to a func value escapes, and would put every release's
-// Feedback on the heap (see ThrottlingManager.release).
+// A subscriber is called on the goroutine of the Acquire or Release that
+// caused the event, with no lock of the manager held, except settled's,
+// with the scope locked. The Feedback and the policy changes reach
+// afterRelease's subscribers by value: a pointer passed to a func value
+// escapes, and would put every release's Feedback on the heap (see
+// ThrottlingManager.release).
 
 import (
 	"slices"
