@@ -85,10 +85,12 @@ type RobotsConfig struct {
 	// FetchTimeout bounds the wait for one robots.txt fetch; it must be > 0
 	// when Enabled. Default 10s.
 	FetchTimeout time.Duration
-	// Client fetches robots.txt for Acquire callers. Nil means a client
-	// over http.DefaultTransport wrapped by the manager's Transport,
-	// following up to 5 redirects. Requests made through a Transport
-	// fetch with that Transport, so its base RoundTripper is used.
+	// Client, when set, fetches every robots.txt, for Acquire callers
+	// and Transports alike. Nil means: a request made through a
+	// Transport fetches with that Transport, so its base RoundTripper
+	// (proxy, TLS settings) is used; an Acquire caller's, with a client
+	// over http.DefaultTransport wrapped by the manager's Transport; both
+	// follow up to 5 redirects.
 	Client *http.Client
 	// MaxOrigins bounds the cache; beyond it, expired entries and then the
 	// oldest are dropped. Default 100000.
