@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/crawlerkit/throttle/store"
 )
 
@@ -92,8 +93,10 @@ type Config struct {
 	// a warning is logged. Default 500. Zero turns the warning off.
 	DelayedWarnThreshold int
 
-	// Hooks are called on events, without locks held, to feed metrics.
-	Hooks Hooks
+	// Hooks are called on events, without locks held, to feed metrics
+	// (package hooks: the events, and when and where hooks run). The
+	// zero Hooks calls nothing.
+	Hooks hooks.Hooks
 
 	// MaxWaiting caps the callers blocked in Acquire at once: beyond it
 	// Acquire fails at once with an error wrapping ErrTooManyWaiting.

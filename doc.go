@@ -70,6 +70,11 @@
 // shows it, so when a setting seems to do nothing, the binding rule names
 // the one that wins.
 //
+// To follow a crawl as it runs, Config.Hooks (package hooks) calls your
+// functions on events, to feed metrics: a permit granted or released, a
+// scope's delay changed, a backoff signal, a server-given wait, a
+// warning.
+//
 // # robots.txt
 //
 // With Config.Robots on (the default), the first request to an origin

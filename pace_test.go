@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +18,7 @@ type warnings struct {
 	msgs []string
 }
 
-func (w *warnings) hook(e WarningEvent) {
+func (w *warnings) hook(e hooks.Warning) {
 	w.mu.Lock()
 	w.msgs = append(w.msgs, e.Message)
 	w.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/stretchr/testify/require"
 )
 
@@ -129,7 +130,7 @@ func TestPanickingUserCode(t *testing.T) {
 		}
 		return DefaultFeedback(now, resp, err)
 	}
-	cfg.Hooks.Admitted = func(AdmittedEvent) {
+	cfg.Hooks.Admitted = func(hooks.Admitted) {
 		if admittedPanics.Load() {
 			panic("admitted")
 		}

@@ -31,3 +31,13 @@ func TestReasonsOfAdmissionAndStore(t *testing.T) {
 	require.Equal(t, ReasonNone, reasonOf(store.ReasonQuota+1), "a reason the store package does not list")
 	require.Equal(t, "unknown", (store.ReasonQuota + 1).String())
 }
+
+// TestDelayChangedReasons: the words hooks.DelayChanged.Reason is
+// documented to take are the names of the reasons that can set a scope's
+// delay (combineDelay's).
+func TestDelayChangedReasons(t *testing.T) {
+	for r, word := range map[Reason]string{ReasonDelay: "delay", ReasonRampup: "rampup", ReasonRobots: "robots",
+		ReasonAutoThrottle: "autothrottle", ReasonBackoff: "backoff"} {
+		require.Equal(t, word, r.String())
+	}
+}

@@ -27,7 +27,7 @@ import (
 //
 // The fetch is counted apart from the caller's requests: Stats counts it
 // in Counts.Robots only (not in Requests, Responses or Signals), and the
-// hooks' events mark it (ReleasedEvent.Robots, with its URL). In the
+// hooks' events mark it (hooks.Released.Robots, with its URL). In the
 // scope it takes a slot while it runs, and the scope learns from its
 // answer as from any (a 429 or 503 on it backs the scope off, a
 // Retry-After gates it), and it waits its turn like any request. But in

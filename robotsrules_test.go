@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,16 +21,16 @@ import (
 // hookLog records the Admitted, Released and Backoff events of a manager.
 type hookLog struct {
 	mu       sync.Mutex
-	admitted []AdmittedEvent
-	released []ReleasedEvent
-	backoff  []BackoffEvent
+	admitted []hooks.Admitted
+	released []hooks.Released
+	backoff  []hooks.Backoff
 }
 
-func (l *hookLog) hooks() Hooks {
-	return Hooks{
-		Admitted: func(e AdmittedEvent) { l.mu.Lock(); l.admitted = append(l.admitted, e); l.mu.Unlock() },
-		Released: func(e ReleasedEvent) { l.mu.Lock(); l.released = append(l.released, e); l.mu.Unlock() },
-		Backoff:  func(e BackoffEvent) { l.mu.Lock(); l.backoff = append(l.backoff, e); l.mu.Unlock() },
+func (l *hookLog) hooks() hooks.Hooks {
+	return hooks.Hooks{
+		Admitted: func(e hooks.Admitted) { l.mu.Lock(); l.admitted = append(l.admitted, e); l.mu.Unlock() },
+		Released: func(e hooks.Released) { l.mu.Lock(); l.released = append(l.released, e); l.mu.Unlock() },
+		Backoff:  func(e hooks.Backoff) { l.mu.Lock(); l.backoff = append(l.backoff, e); l.mu.Unlock() },
 	}
 }
 

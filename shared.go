@@ -370,7 +370,7 @@ const maxLearnRetries = 3
 func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
 	now := p.acquired.Add(local.Sub(p.ext.local))
 	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
-	watch := m.cfg.Hooks.watchesPolicy()
+	watch := watchesPolicy(&m.cfg.Hooks)
 	var ev hookEvents
 	for i := range p.scopes {
 		h := &p.scopes[i]

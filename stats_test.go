@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/stretchr/testify/require"
 )
 
@@ -160,15 +161,15 @@ func TestHooks(t *testing.T) {
 		var m *ThrottlingManager
 		cfg := statsConfig()
 		cfg.Default.Concurrency = 4
-		cfg.Hooks = Hooks{
-			Admitted: func(e AdmittedEvent) { m.Stats(); rec(fmt.Sprintf("admitted %v waited %v", e.Scopes, e.Waited)) },
-			Released: func(e ReleasedEvent) { m.Stats(); rec(fmt.Sprintf("released %v %d", e.Scopes, e.Status)) },
-			DelayChanged: func(e DelayChangedEvent) {
+		cfg.Hooks = hooks.Hooks{
+			Admitted: func(e hooks.Admitted) { m.Stats(); rec(fmt.Sprintf("admitted %v waited %v", e.Scopes, e.Waited)) },
+			Released: func(e hooks.Released) { m.Stats(); rec(fmt.Sprintf("released %v %d", e.Scopes, e.Status)) },
+			DelayChanged: func(e hooks.DelayChanged) {
 				m.Stats()
 				rec(fmt.Sprintf("delay %s %v->%v (%v)", e.Scope, e.OldDelay, e.NewDelay, e.Reason))
 			},
-			Backoff: func(e BackoffEvent) { m.Stats(); rec(fmt.Sprintf("backoff %s %d", e.Scope, e.Status)) },
-			GateSet: func(e GateSetEvent) { m.Stats(); rec(fmt.Sprintf("gate %s +%v", e.Scope, time.Until(e.Until))) },
+			Backoff: func(e hooks.Backoff) { m.Stats(); rec(fmt.Sprintf("backoff %s %d", e.Scope, e.Status)) },
+			GateSet: func(e hooks.GateSet) { m.Stats(); rec(fmt.Sprintf("gate %s +%v", e.Scope, time.Until(e.Until))) },
 		}
 		m = newManager(t, cfg)
 		ctx := context.Background()
@@ -195,13 +196,13 @@ func TestHooks(t *testing.T) {
 func TestWarnings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var log bytes.Buffer
-		var hooked []WarningEvent
+		var hooked []hooks.Warning
 		cfg := statsConfig()
 		cfg.Default.Concurrency, cfg.Default.Delay = 16, time.Second
 		cfg.Default.AutoThrottle.TargetConcurrency = 32
 		cfg.Default.AutoThrottle.Enabled = true
 		cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
-		cfg.Hooks.Warning = func(e WarningEvent) { hooked = append(hooked, e) }
+		cfg.Hooks.Warning = func(e hooks.Warning) { hooked = append(hooked, e) }
 		m := newManager(t, cfg)
 		ctx := context.Background()
 		for _, host := range []string{"a.test", "b.test"} {
@@ -229,8 +230,8 @@ func TestHooksCarryTheRequestContext(t *testing.T) {
 	type key struct{}
 	var admitted, released []context.Context
 	cfg := plainConfig()
-	cfg.Hooks.Admitted = func(ev AdmittedEvent) { admitted = append(admitted, ev.Context) }
-	cfg.Hooks.Released = func(ev ReleasedEvent) { released = append(released, ev.Context) }
+	cfg.Hooks.Admitted = func(ev hooks.Admitted) { admitted = append(admitted, ev.Context) }
+	cfg.Hooks.Released = func(ev hooks.Released) { released = append(released, ev.Context) }
 	m := newManager(t, cfg)
 	ctx := context.WithValue(context.Background(), key{}, "trace-1")
 	req := get(t, "http://a.example/").WithContext(ctx)

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+
+	"github.com/crawlerkit/throttle/hooks"
 )
 
 // A ThrottlingManager decides when each request may start. It maps a
@@ -43,8 +45,8 @@ type ThrottlingManager struct {
 	holds             holds // held permits, with Config.MaxHold
 	hasPending        atomic.Bool
 	pendingMu         sync.Mutex
-	pending           []WarningEvent // warnings found under locks, given out after
-	flushing          bool           // guarded by pendingMu: flushWarnings hears of releases
+	pending           []hooks.Warning // warnings found under locks, given out after
+	flushing          bool            // guarded by pendingMu: flushWarnings hears of releases
 
 	// sweepStep's turn: when it next looks at a shard (UnixNano, which
 	// inlines where Before does not; compared by difference, so right
@@ -59,9 +61,9 @@ type ThrottlingManager struct {
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the
-// first invalid field. It warns (once each, see Config.Logger and
-// Hooks.Warning) about settings that cannot take effect, such as a Delay
-// shorter than SlotDelay/Concurrency.
+// first invalid field. It warns (once each, see Config.Logger and the
+// Warning hook, hooks.Hooks.Warning) about settings that cannot take
+// effect, such as a Delay shorter than SlotDelay/Concurrency.
 func New(cfg Config) (*ThrottlingManager, error) {
 	cfg.Scopes = maps.Clone(cfg.Scopes)
 	for k, sc := range cfg.Scopes {

@@ -1,9 +1,13 @@
 package throttle
 
 // This file holds the warnings: logged once each through Config.Logger
-// and passed to the Warning hook (WarningEvent, in hooks.go).
+// and passed to the Warning hook (hooks.Warning).
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/crawlerkit/throttle/hooks"
+)
 
 // warn logs msg once per kind (the caller keeps the once) and calls the
 // Warning hook.
@@ -13,7 +17,7 @@ func (m *ThrottlingManager) warn(msg, scope string, attrs ...any) {
 	}
 	m.log.Warn(msg, attrs...)
 	if h := m.cfg.Hooks.Warning; h != nil {
-		h(WarningEvent{Message: msg, Scope: scope})
+		h(hooks.Warning{Message: msg, Scope: scope})
 	}
 }
 
@@ -52,7 +56,7 @@ func (m *ThrottlingManager) subscribeWarnings(o *observers) {
 // the release that found it, and any after, give it out.
 func (m *ThrottlingManager) warnAsync(msg, scope string) {
 	m.pendingMu.Lock()
-	m.pending = append(m.pending, WarningEvent{Message: msg, Scope: scope})
+	m.pending = append(m.pending, hooks.Warning{Message: msg, Scope: scope})
 	subscribe := !m.flushing
 	m.flushing = true
 	m.pendingMu.Unlock()

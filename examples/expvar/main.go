@@ -1,6 +1,6 @@
 // Command expvar feeds the standard library's expvar from throttle's
-// Hooks while a crawl runs, and serves both /debug/vars and the
-// manager's status page.
+// hooks (package hooks) while a crawl runs, and serves both /debug/vars
+// and the manager's status page.
 //
 // Four local sites are crawled through a throttle.Transport:
 //
@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/crawlerkit/throttle/status"
 )
 
@@ -103,43 +104,43 @@ func class(status int, err error) string {
 	return strconv.Itoa(status/100) + "xx"
 }
 
-// hooks feed the expvar variables. They are called without the manager's
-// locks, on the goroutine of the Acquire or Release, so they only add to
-// atomic counters.
-func hooks() throttle.Hooks {
-	return throttle.Hooks{
-		Admitted: func(e throttle.AdmittedEvent) {
+// metricHooks feed the expvar variables. They are called without the
+// manager's locks, on the goroutine of the Acquire or Release, so they only
+// add to atomic counters.
+func metricHooks() hooks.Hooks {
+	return hooks.Hooks{
+		Admitted: func(e hooks.Admitted) {
 			if e.Robots {
 				return // the manager's robots.txt fetch, not a page
 			}
 			admitted.Add(1)
 			waitedMS.Add(float64(e.Waited) / float64(time.Millisecond))
 		},
-		Released: func(e throttle.ReleasedEvent) {
+		Released: func(e hooks.Released) {
 			if e.Robots { // counted apart, as Stats does (Counts.Robots)
 				robotsTxt.Add(class(e.Status, e.Err), 1)
 				return
 			}
 			requests.Add(class(e.Status, e.Err), 1)
 		},
-		Backoff: func(e throttle.BackoffEvent) {
+		Backoff: func(e hooks.Backoff) {
 			signals.Add(label(e.Scope), 1)
 		},
-		DelayChanged: func(e throttle.DelayChangedEvent) {
+		DelayChanged: func(e hooks.DelayChanged) {
 			l := label(e.Scope)
 			delayMS.AddFloat(l, 0) // make sure the key exists, then set it
 			delayMS.Get(l).(*expvar.Float).Set(float64(e.NewDelay) / float64(time.Millisecond))
 			conc.Add(l, 0)
 			conc.Get(l).(*expvar.Int).Set(int64(e.NewConcurrency))
 		},
-		GateSet: func(e throttle.GateSetEvent) {
+		GateSet: func(e hooks.GateSet) {
 			l := label(e.Scope)
 			gates.Add(l, 1)
 			s := new(expvar.String)
 			s.Set(e.Until.UTC().Format(time.RFC3339Nano))
 			gateUntil.Set(l, s)
 		},
-		Warning: func(throttle.WarningEvent) { warnings.Add(1) },
+		Warning: func(hooks.Warning) { warnings.Add(1) },
 	}
 }
 
@@ -230,7 +231,7 @@ func run(ctx context.Context, out io.Writer, mon *http.ServeMux) (result, error)
 	// Backoff steps of 2x from 400 ms (the default least step is 1 s),
 	// so that the example stays short.
 	cfg.Default.Backoff.Jitter, cfg.Default.Backoff.MinDelay = throttle.Jitter{}, 2*delay
-	cfg.Hooks = hooks()
+	cfg.Hooks = metricHooks()
 	m, err := throttle.New(cfg)
 	if err != nil {
 		return result{}, err

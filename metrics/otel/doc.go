@@ -65,7 +65,8 @@
 //
 // # Traces
 //
-// SpanEvents wraps a Config's Hooks so that each request's wait in the
+// SpanEvents wraps a Config's Hooks (package
+// github.com/crawlerkit/throttle/hooks) so that each request's wait in the
 // throttle shows on the request's span, from the hooks' events, which
 // carry the request's context: a "throttle.admitted" event with how long it
 // waited, then "throttle.released" with the status.

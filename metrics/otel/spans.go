@@ -1,7 +1,7 @@
 package throttleotel
 
 import (
-	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/hooks"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -34,11 +34,11 @@ const (
 //
 //	cfg.Hooks = throttleotel.SpanEvents(cfg.Hooks)
 //
-// The returned Hooks is a plain value, safe for concurrent use as the
-// manager calls it (span events are).
-func SpanEvents(next throttle.Hooks) throttle.Hooks {
+// The returned hooks.Hooks is a plain value, safe for concurrent use as
+// the manager calls it (span events are).
+func SpanEvents(next hooks.Hooks) hooks.Hooks {
 	admitted, released := next.Admitted, next.Released
-	next.Admitted = func(ev throttle.AdmittedEvent) {
+	next.Admitted = func(ev hooks.Admitted) {
 		if !ev.Robots && ev.Context != nil {
 			if span := trace.SpanFromContext(ev.Context); span.IsRecording() {
 				span.AddEvent(AdmittedEventName, trace.WithTimestamp(ev.At), trace.WithAttributes(
@@ -49,7 +49,7 @@ func SpanEvents(next throttle.Hooks) throttle.Hooks {
 			admitted(ev)
 		}
 	}
-	next.Released = func(ev throttle.ReleasedEvent) {
+	next.Released = func(ev hooks.Released) {
 		if !ev.Robots && ev.Context != nil {
 			if span := trace.SpanFromContext(ev.Context); span.IsRecording() {
 				span.AddEvent(ReleasedEventName, trace.WithAttributes(StatusKey.Int(ev.Status)))

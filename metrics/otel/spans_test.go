@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/hooks"
 	throttleotel "github.com/crawlerkit/throttle/metrics/otel"
 	"github.com/crawlerkit/throttle/throttletest"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,7 @@ func TestSpanEvents(t *testing.T) {
 	cfg.Robots.Enabled = false
 	cfg.Default.Jitter = throttle.Jitter{}
 	var own int
-	cfg.Hooks.Released = func(throttle.ReleasedEvent) { own++ }
+	cfg.Hooks.Released = func(hooks.Released) { own++ }
 	cfg.Hooks = throttleotel.SpanEvents(cfg.Hooks)
 	m, err := throttle.New(cfg)
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
-// Command prometheus feeds Prometheus metrics from throttle's Hooks while
-// a crawl runs, and serves them on /metrics (with the manager's status
-// page on /status).
+// Command prometheus feeds Prometheus metrics from throttle's hooks
+// (package hooks) while a crawl runs, and serves them on /metrics (with
+// the manager's status page on /status).
 //
 // Three known sites and a link farm are crawled through a
 // throttle.Transport:
@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/crawlerkit/throttle/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -153,14 +154,14 @@ func class(status int, err error) string {
 // hooks feed the metrics. They run on the goroutine of the Acquire or
 // Release, without the manager's locks; the client's collectors are
 // atomic.
-func (x *metrics) hooks() throttle.Hooks {
-	return throttle.Hooks{
-		Admitted: func(e throttle.AdmittedEvent) {
+func (x *metrics) hooks() hooks.Hooks {
+	return hooks.Hooks{
+		Admitted: func(e hooks.Admitted) {
 			if !e.Robots { // the crawl's requests only, not the manager's robots.txt fetches
 				x.wait.Observe(e.Waited.Seconds())
 			}
 		},
-		Released: func(e throttle.ReleasedEvent) {
+		Released: func(e hooks.Released) {
 			// A robots.txt fetch is the manager's, not a page: counted
 			// apart, as Stats does (Counts.Robots), so a 404 robots.txt
 			// is no 4xx of the crawl.
@@ -173,13 +174,13 @@ func (x *metrics) hooks() throttle.Hooks {
 				counter.WithLabelValues(x.labels.label(s), c).Inc()
 			}
 		},
-		Backoff: func(e throttle.BackoffEvent) {
+		Backoff: func(e hooks.Backoff) {
 			x.signals.WithLabelValues(x.labels.label(e.Scope)).Inc()
 		},
-		GateSet: func(e throttle.GateSetEvent) {
+		GateSet: func(e hooks.GateSet) {
 			x.gates.WithLabelValues(x.labels.label(e.Scope)).Inc()
 		},
-		DelayChanged: func(e throttle.DelayChangedEvent) {
+		DelayChanged: func(e hooks.DelayChanged) {
 			// A gauge of "other" would show whichever host changed last:
 			// meaningless, so unknown scopes have none.
 			if l := x.labels.label(e.Scope); l != otherScope {
