@@ -32,7 +32,8 @@ type Scope struct {
 
 // A Scoper maps a request to the scopes it is throttled by. It must return at
 // least one scope, or an error; Acquire returns that error wrapped. A Scoper
-// may be called concurrently. Config.Scoper nil means HostScope.
+// may be called concurrently, so it must be safe for concurrent use.
+// Config.Scoper nil means HostScope; calling a nil Scoper panics.
 type Scoper func(req *http.Request) ([]Scope, error)
 
 // HostScope is the default Scoper: one scope, the request URL's host

@@ -30,7 +30,8 @@ import (
 // prefix, say).
 type NewStore func(t *testing.T, clock throttle.Clock) store.Store
 
-// An Option changes what the suite expects.
+// An Option changes what the suite expects. A nil Option panics when Run
+// applies it.
 type Option func(*options)
 
 type options struct{ partial bool }

@@ -7,7 +7,8 @@ import (
 )
 
 // RoundTripFunc is an http.RoundTripper made of a function: a fake server
-// for tests, answering from a model instead of a socket.
+// for tests, answering from a model instead of a socket. It is as safe
+// for concurrent use as its function; calling a nil RoundTripFunc panics.
 type RoundTripFunc func(req *http.Request) (*http.Response, error)
 
 // RoundTrip calls f.
