@@ -410,7 +410,13 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		waited = ans.gate
 	}
 	if signal {
-		r.winSignals++
+		if r.released.IsZero() || now.Sub(r.released) >= rampupCycleMin {
+			// (Not the refusals just after a period of them ended: the
+			// server's memory still letting go, as a sliding window
+			// frees what a burst took at the pace it was taken; no rate
+			// to blame, as endRound says.)
+			r.winSignals++
+		}
 		if r.settled {
 			r.span = 0 // the steady state found a limit: back to Window
 		}

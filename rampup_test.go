@@ -668,3 +668,23 @@ func TestRampupBisectionEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestRampupRefusalsAfterACycleNotCounted: refusals in the 5 s after a
+// period of refusals ended are the server's memory letting go (a sliding
+// window frees what the start-up burst took at the pace it was taken),
+// not the steady rate's: the window does not count them, and does not step
+// the rate down for them (cold-600pm-sliding held 94.5 % of its limit for
+// that step, 98.5 % without it).
+func TestRampupRefusalsAfterACycleNotCounted(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.settledAt(10)
+	r.released = p.now
+	for range 3 {
+		p.now = p.now.Add(time.Second)
+		p.answer(p.now.Add(-10*ms), tooMany)
+	}
+	assert.Zero(t, r.winSignals, "within 5 s of the release")
+	p.now = p.now.Add(3 * time.Second)
+	p.answer(p.now.Add(-10*ms), tooMany)
+	assert.Equal(t, 1, r.winSignals, "6 s after it")
+}

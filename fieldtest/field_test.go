@@ -154,8 +154,8 @@ var fieldCases = []fieldCase{
 	// X-RateLimit-Remaining: 0 from about 8.5 requests a second on and
 	// refuses from 9.5. The throttle tests its first spent answer, finds
 	// the quota slides, and paces below the stated 10 req/s, stepping
-	// down 5 % on refusals: 85-92 % of the limit over [60 s, 120 s] in
-	// 10 runs (73-86 % before, when every spent answer gated the scope
+	// down 5 % on refusals: 88-93 % of the limit over [60 s, 120 s] in
+	// 13 runs (73-86 % before, when every spent answer gated the scope
 	// until the next second).
 	httprateCase("httprate", HTTPRateOptions{Requests: 10, Window: time.Second}),
 }

@@ -818,8 +818,6 @@ type coldTarget struct{ cold, share, signals float64 }
 //   - Token buckets with a burst of 10 (1 req/s at 2 s, 20 req/s at 1 ms):
 //     a probe above the limit is answered from the burst for seconds
 //     before a refusal says it is too fast; 2.1-2.6 signals a minute.
-//   - A per-minute quota of 600 in a sliding window frees what the first
-//     burst took one request at a time, and the rate settles at 94.6 %.
 //   - 50 in any 10 s, refused requests counted (HAProxy's stick table):
 //     the first cycle's estimate is 75 % of the limit, the climbs from it
 //     come a cycle apart, a failed one costs two windows at the rate
@@ -842,5 +840,4 @@ var coldGaps = map[string]coldTarget{
 	"cold-50rps-b0-2s":       {cold: 90, share: 0.95, signals: 2},
 	"cold-50rps-b10-2s":      {cold: 75, share: 0.95, signals: 2},
 	"cold-50per10s-counting": {cold: 300, share: 0.92, signals: 2},
-	"cold-600pm-sliding":     {cold: 120, share: 0.94, signals: 2},
 }
