@@ -688,3 +688,32 @@ func TestRampupRefusalsAfterACycleNotCounted(t *testing.T) {
 	p.answer(p.now.Add(-10*ms), tooMany)
 	assert.Equal(t, 1, r.winSignals, "6 s after it")
 }
+
+// TestRampupFailedProbeExcusesOnlyItself: a window with a failed steady
+// probe does not step down for the probe's refusal, but does for refusals
+// at the good rate after it (a token bucket's burst proved a rate just over
+// its limit good for a window).
+func TestRampupFailedProbeExcusesOnlyItself(t *testing.T) {
+	for _, after := range []int{0, 3} {
+		p := newPolicy(t, rampConfig())
+		r := p.settledAt(10)
+		r.bad = 10.4
+		p.steadyWindow() // a quiet window: probes above 10 next
+		require.Greater(t, p.rate(), 10.0)
+		p.now = p.now.Add(time.Second)
+		p.answer(p.now.Add(-10*ms), tooMany) // the probe fails: back to 10 (halved until a success)
+		p.now = p.now.Add(time.Second)
+		p.answer(p.now.Add(-10*ms), ok)
+		require.Equal(t, 10.0, p.rate())
+		for range after {
+			p.now = p.now.Add(5 * time.Second)
+			p.answer(p.now.Add(-10*ms), tooMany)
+		}
+		p.advance(p.s.cfg.Window)
+		if after == 0 {
+			assert.Equal(t, 10.0, p.rate(), "the probe's own refusal: no step down")
+		} else {
+			assert.Less(t, p.rate(), 10.0, "refusals at the good rate after the probe: a step down")
+		}
+	}
+}

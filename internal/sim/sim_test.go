@@ -815,9 +815,6 @@ type coldTarget struct{ cold, share, signals float64 }
 //     refused requests); doubling per round trip loses 12 s to the climb
 //     alone. 90 % comes at 63-82 s (80 s at a limit of 1 req/s, the start
 //     rate itself: any probe above it is refused).
-//   - Token buckets with a burst of 10 (1 req/s at 2 s, 20 req/s at 1 ms):
-//     a probe above the limit is answered from the burst for seconds
-//     before a refusal says it is too fast; 2.1-2.6 signals a minute.
 //   - 50 in any 10 s, refused requests counted (HAProxy's stick table):
 //     the first cycle's estimate is 75 % of the limit, the climbs from it
 //     come a cycle apart, a failed one costs two windows at the rate
@@ -832,10 +829,8 @@ type coldTarget struct{ cold, share, signals float64 }
 var coldGaps = map[string]coldTarget{
 	"cold-10per1s-httprate":  {cold: 90, share: 0.93, signals: 2},
 	"cold-1rps-b0-2s":        {cold: 85, share: 0.95, signals: 2},
-	"cold-1rps-b10-2s":       {cold: 60, share: 0.95, signals: 2.5},
 	"cold-5rps-b0-2s":        {cold: 90, share: 0.95, signals: 2},
 	"cold-20rps-b0-2s":       {cold: 85, share: 0.95, signals: 2},
-	"cold-20rps-b10-1ms":     {cold: 60, share: 0.95, signals: 3},
 	"cold-20rps-b10-2s":      {cold: 70, share: 0.95, signals: 2},
 	"cold-50rps-b0-2s":       {cold: 90, share: 0.95, signals: 2},
 	"cold-50rps-b10-2s":      {cold: 75, share: 0.95, signals: 2},
