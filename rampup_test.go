@@ -1,9 +1,7 @@
 package throttle
 
 import (
-	"container/heap"
 	"math"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -128,60 +126,6 @@ func TestRampupDeliveredAfterABurst(t *testing.T) {
 	assert.Equal(t, 8.0, p.s.rampup.bad)
 }
 
-// TestRampupFollowsALimitBelowThePace: a server that allows less than the
-// configured pace is followed down by rampup (it owns the rate signals),
-// not left to backoff's doubling.
-func TestRampupFollowsALimitBelowThePace(t *testing.T) {
-	cfg := rampConfig()
-	res := runScope(t, cfg, bucketServer(0.25, 1), 50*ms, 8, 20*time.Minute)
-	rate := res.okRate(10*time.Minute, 20*time.Minute)
-	assert.GreaterOrEqual(t, rate, 0.9*0.25, "rate %.3f", rate)
-	assert.LessOrEqual(t, rate, 0.25)
-	assert.LessOrEqual(t, res.signalsPerMin(10*time.Minute, 20*time.Minute), 2.0)
-}
-
-// TestRampupColdStart: with rampup on and every other setting default, a
-// token bucket of 20 req/s (burst 10, 50 ms) is reached within the first
-// minute (trailing-60 s 2xx rate >= 90 % of it by 60 s), then held at >=
-// 95 % with <= 2 signals a minute.
-func TestRampupColdStart(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	res := runScope(t, cfg, bucketServer(20, 11), 50*ms, 32, 10*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(0, time.Minute), 0.9*20, "first minute")
-	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*20)
-	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
-}
-
-// TestRampupQuotaPerMinute: a quota of 600 per fixed minute, no headers.
-// Rampup spends it in the first seconds, then measures the cycle from one
-// end of refusals to the next (a quota's new window) and settles at
-// 600/min: >= 95 % of it from the third minute.
-func TestRampupQuotaPerMinute(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	res := runScope(t, cfg, windowServer(600, time.Minute), 50*ms, 32, 10*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*10)
-	assert.LessOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 10.0)
-}
-
-// TestRampupLimiterThatCountsRefusals: 50 requests in any 10 s, refused
-// ones counted too (HAProxy's stick table on http_req_rate). The first
-// cycle, from the first request to the end of the refusals the search's
-// overshoot drew, is longer than the server's memory (the client's own
-// knocking kept it refused), so its estimate is low: rampup judges it in
-// windows of one cycle and climbs from it, and a refusal period after a
-// failed probe settles at the rate a quiet window proved, not at the
-// cycle's average. (It sat at 64-77 % of the limit for minutes.)
-func TestRampupLimiterThatCountsRefusals(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	res := runScope(t, cfg, countingServer(50, 10*time.Second), 10*ms, 16, 10*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(time.Minute, 2*time.Minute), 0.8*5, "second minute")
-	assert.GreaterOrEqual(t, res.okRate(5*time.Minute, 10*time.Minute), 0.9*5, "minutes 5-10")
-	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
-}
-
 // TestRampupProvenRateOutlivesACycle: a steady rate proven by a quiet
 // window at least as long as the shortest quota cycle is what the next
 // cycle settles at, when the cycle's average is lower.
@@ -263,19 +207,6 @@ func TestRampupOutageThatWasARateLimit(t *testing.T) {
 	assert.False(t, p.s.rampup.paused, "no outage again")
 }
 
-// Interleaved 503s are a rate limit, not an outage: nginx's limit_req
-// answers 503 by default.
-func TestRampup503BetweenSuccessesIsARateLimit(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	srv := bucketServer(5, 1)
-	srv.status = 503
-	res := runScope(t, cfg, srv, 50*ms, 16, 10*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(0, time.Minute), 0.9*5, "first minute")
-	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*5)
-	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
-}
-
 // TestRampupPacesAtAStatedLimit: a server that states its limit (here 10
 // a second, as go-chi/httprate's X-RateLimit-Limit over its reset does) is
 // paced just below it from its first response, and never above it.
@@ -296,26 +227,6 @@ func TestRampupPacesAtAStatedLimit(t *testing.T) {
 	// lowers the pace.
 	p.answer(p.now, Feedback{Status: 200, Latency: 50 * ms, StatedRate: 5})
 	assert.InDelta(t, 4.9, p.rate(), 1e-9)
-}
-
-func TestRampupCapDefaultsToGlobalConcurrency(t *testing.T) {
-	cfg := rampConfig()
-	cfg.Rampup.MaxConcurrency = 0
-	res := runScope(t, cfg, bucketServer(1e6, 1e6), time.Second, 64, 2*time.Minute)
-	assert.Equal(t, 16, res.peak, "GlobalConcurrency 16 of the test's ScopeParams")
-}
-
-// TestRampupSteadyProbesSpaceOut: at a strict limit (no burst) with a
-// high latency, each probe costs the requests it had in flight; failed
-// probes come further apart so the steady state stays near the target
-// of one signal per window.
-func TestRampupSteadyProbesSpaceOut(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	cfg.Rampup.MaxConcurrency = 128
-	res := runScope(t, cfg, bucketServer(20, 1), 2*time.Second, 128, 30*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(10*time.Minute, 30*time.Minute), 0.95*20)
-	assert.LessOrEqual(t, res.signalsPerMin(10*time.Minute, 30*time.Minute), 2.0)
 }
 
 func TestRampupValidation(t *testing.T) {
@@ -363,181 +274,6 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 	got := *q.s.rampup
 	got.rate = want.rate // configure clamps the rate to its bounds
 	assert.Equal(t, want, got)
-}
-
-// ---- a policy-level crawl in explicit time, for the rules above ----
-
-// bucket is a token bucket of rate per second holding at most size
-// tokens (size 1: no burst, as nginx's limit_req burst=0), answering
-// status (429 by default) without a token.
-type bucket struct {
-	rate, size, tokens float64
-	last               time.Time
-	status             int
-}
-
-func bucketServer(rate, size float64) *bucket {
-	return &bucket{rate: rate, size: size, tokens: size, status: 429}
-}
-
-func (b *bucket) answer(now time.Time) int {
-	if !b.last.IsZero() {
-		b.tokens = math.Min(b.size, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return 200
-	}
-	return b.status
-}
-
-// window is a quota of n per fixed window w (aligned to the epoch).
-type window struct {
-	n     int
-	w     time.Duration
-	cur   int64
-	count int
-}
-
-func windowServer(n int, w time.Duration) *window { return &window{n: n, w: w, cur: -1} }
-
-func (q *window) answer(now time.Time) int {
-	if k := now.UnixNano() / int64(q.w); k != q.cur {
-		q.cur, q.count = k, 0
-	}
-	if q.count < q.n {
-		q.count++
-		return 200
-	}
-	return 429
-}
-
-// counting is a limit of n requests in any trailing w, refused ones
-// counted too (HAProxy's stick table on http_req_rate).
-type counting struct {
-	n    int
-	w    time.Duration
-	seen []time.Time
-}
-
-func countingServer(n int, w time.Duration) *counting { return &counting{n: n, w: w} }
-
-func (c *counting) answer(now time.Time) int {
-	i := 0
-	for i < len(c.seen) && !c.seen[i].After(now.Add(-c.w)) {
-		i++
-	}
-	c.seen = append(c.seen[i:], now)
-	if len(c.seen) <= c.n {
-		return 200
-	}
-	return 429
-}
-
-type answerer interface{ answer(time.Time) int }
-
-// scopeRun is what runScope recorded: each request's start and status.
-type scopeRun struct {
-	t0     time.Time
-	starts []time.Duration
-	status []int
-	peak   int
-}
-
-func (r *scopeRun) okRate(from, to time.Duration) float64 {
-	n := 0
-	for i, s := range r.starts {
-		if s >= from && s < to && r.status[i] < 300 {
-			n++
-		}
-	}
-	return float64(n) / (to - from).Seconds()
-}
-
-func (r *scopeRun) signalsPerMin(from, to time.Duration) float64 {
-	n := 0
-	for i, s := range r.starts {
-		if s >= from && s < to && r.status[i] >= 400 {
-			n++
-		}
-	}
-	return float64(n) / (to - from).Minutes()
-}
-
-type scopeEvent struct {
-	at     time.Time
-	seq    int
-	ticket Ticket
-	status int
-}
-
-type scopeEvents []scopeEvent
-
-func (h scopeEvents) Len() int { return len(h) }
-func (h scopeEvents) Less(i, j int) bool {
-	return h[i].at.Before(h[j].at) || h[i].at.Equal(h[j].at) && h[i].seq < h[j].seq
-}
-func (h scopeEvents) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *scopeEvents) Push(x any)   { *h = append(*h, x.(scopeEvent)) }
-func (h *scopeEvents) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-// runScope drives one default ScopeManager with cfg against srv, whose
-// answers take lat, with at most workers requests in flight, for d: a
-// crawl in explicit time, no goroutines, deterministic (jitter seeded).
-func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, workers int, d time.Duration) *scopeRun {
-	t.Helper()
-	require.NoError(t, cfg.validate("test"))
-	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
-		Rand: rand.New(rand.NewPCG(1, 2))}).(*defaultScope)
-	now := time.Unix(1_000_000, 0)
-	run := &scopeRun{t0: now}
-	end := now.Add(d)
-	var evs scopeEvents
-	seq, inFlight := 0, 0
-	for now.Before(end) {
-		// Start what may start now.
-		for inFlight < workers {
-			adm := s.Admit(now, 1)
-			if adm.Reason != ReasonNone {
-				break
-			}
-			tk := s.Start(now, 1)
-			inFlight++
-			run.peak = max(run.peak, inFlight)
-			st := srv.answer(now)
-			run.starts = append(run.starts, now.Sub(run.t0))
-			run.status = append(run.status, st)
-			seq++
-			heap.Push(&evs, scopeEvent{at: now.Add(lat), seq: seq, ticket: tk, status: st})
-		}
-		// Advance to the next answer or the next admission, whichever
-		// comes first.
-		next := end
-		if inFlight < workers {
-			if adm := s.Admit(now, 1); !adm.At.IsZero() && adm.At.Before(next) {
-				next = adm.At
-			}
-		}
-		if len(evs) > 0 && evs[0].at.Before(next) {
-			next = evs[0].at
-		}
-		if !next.After(now) {
-			next = now.Add(time.Microsecond)
-		}
-		now = next
-		for len(evs) > 0 && !evs[0].at.After(now) {
-			e := heap.Pop(&evs).(scopeEvent)
-			inFlight--
-			s.Finish(e.at, e.ticket, &Feedback{Status: e.status, Latency: lat})
-		}
-	}
-	return run
 }
 
 // settledAt puts the policy's rampup in its steady state at rate good,

@@ -1,0 +1,94 @@
+package throttle
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReleaseIdempotent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		cfg.Default.Concurrency = 1
+		m := newManager(t, cfg)
+		p, err := m.Acquire(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		p2, err := m.Acquire(context.Background(), get(t, "http://b.example/"))
+		require.NoError(t, err)
+		p.Release(ok200, nil)
+		p.Release(ok200, nil)
+		p.ReleaseFeedback(Feedback{})
+		var nilPermit *Permit
+		nilPermit.Release(nil, nil) // no panic
+		assert.Equal(t, int64(1), m.global.n.Load(), "a second Release frees nothing more")
+		s := m.mustScope(t, "a.example")
+		s.mu.Lock()
+		assert.Equal(t, int32(0), s.mgr.(*defaultScope).adm.InFlight)
+		s.mu.Unlock()
+		p2.Release(ok200, nil)
+		assert.Zero(t, m.global.n.Load())
+	})
+}
+
+// TestReleaseFeedbackCustomManager: a custom ScopeManager gets the Feedback
+// through the interface; scopes after it in the permit (sorted by key) see
+// what it changed, as when all scopes of a permit shared one Feedback.
+func TestReleaseFeedbackCustomManager(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		var seen []int
+		custom := cfg.Default
+		custom.NewManager = func(p ScopeParams) ScopeManager {
+			return &recordingScope{ScopeManager: NewDefaultScopeManager(p), onFinish: func(fb *Feedback) {
+				seen = append(seen, fb.Status)
+				fb.Status = http.StatusServiceUnavailable
+			}}
+		}
+		cfg.Scopes = map[string]ScopeConfig{"a": custom}
+		m := newManager(t, cfg)
+		req := get(t, "http://x.example/").WithContext(WithScopes(context.Background(), "b", "a"))
+		p, err := m.Acquire(req.Context(), req)
+		require.NoError(t, err)
+		p.Release(ok200, nil)
+		assert.Equal(t, []int{200}, seen)
+		b := m.mustScope(t, "b")
+		b.mu.Lock()
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, b.mgr.(*defaultScope).backoff.delay, "b saw a's 503")
+		b.mu.Unlock()
+	})
+}
+
+// TestReleaseCustomFeedbackFunc: Release gives a custom FeedbackFunc the
+// manager's time and hands its result to the scopes.
+func TestReleaseCustomFeedbackFunc(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		var at time.Time
+		cfg.Feedback = func(now time.Time, resp *http.Response, err error) Feedback {
+			at = now
+			fb := DefaultFeedback(now, resp, err)
+			if resp.Header.Get("X-Upstream-Status") == "429" {
+				fb.Status = http.StatusTooManyRequests
+			}
+			return fb
+		}
+		m := newManager(t, cfg)
+		p, err := m.Acquire(context.Background(), get(t, "http://a.example/"))
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		p.Release(&http.Response{StatusCode: 200, Header: http.Header{"X-Upstream-Status": {"429"}}}, nil)
+		assert.Equal(t, m.clock.Now(), at)
+		s := m.mustScope(t, "a.example")
+		s.mu.Lock()
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, s.mgr.(*defaultScope).backoff.delay, "the 429 reached the scope")
+		s.mu.Unlock()
+	})
+}

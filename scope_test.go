@@ -1,0 +1,63 @@
+package throttle
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJitterRangeAndSeed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gaps := func(seed uint64) []time.Duration {
+			cfg := DefaultConfig()
+			cfg.Default.Delay = time.Second
+			cfg.Default.SlotDelay = 0
+			cfg.Default.Jitter = Jitter{Min: -0.1, Max: 0.3}
+			cfg.JitterSeed = seed
+			m := newManager(t, cfg)
+			var out []time.Duration
+			last := time.Now()
+			for i := 0; i < 200; i++ {
+				p, err := m.Acquire(context.Background(), get(t, "http://a.example/"))
+				require.NoError(t, err)
+				if i > 0 {
+					out = append(out, time.Since(last))
+				}
+				last = time.Now()
+				p.Release(ok200, nil)
+			}
+			return out
+		}
+		g1, g2, g3 := gaps(7), gaps(7), gaps(8)
+		assert.Equal(t, g1, g2, "same seed, same jitter")
+		assert.NotEqual(t, g1, g3)
+		var sum time.Duration
+		for _, g := range g1 {
+			assert.GreaterOrEqual(t, g, 900*time.Millisecond)
+			assert.LessOrEqual(t, g, 1300*time.Millisecond)
+			sum += g
+		}
+		mean := sum / time.Duration(len(g1))
+		assert.InDelta(t, float64(1100*time.Millisecond), float64(mean), float64(40*time.Millisecond),
+			"asymmetric range -10%%..+30%%: mean is +10%%")
+	})
+}
+
+// TestTicketFields: defaultScope.start sets a Ticket field by field; a new
+// field must be set there too.
+func TestTicketFields(t *testing.T) {
+	assert.Equal(t, 4, reflect.TypeFor[Ticket]().NumField(), "set the new field in defaultScope.start")
+	cfg := DefaultConfig().Default
+	cfg.SlotDelay = 0
+	d := NewDefaultScopeManager(ScopeParams{Key: "a", Config: cfg}).(*defaultScope)
+	now := time.Now()
+	tk := Ticket{Slot: 7, Cost: 9, Window: 3, Start: now.Add(-time.Hour)} // a used ticket
+	d.start(&tk, now, 2)
+	assert.Equal(t, Ticket{Slot: -1, Cost: 2, Start: now}, tk)
+	assert.Equal(t, tk, d.Start(now, 2), "Start is start in place")
+}
