@@ -118,21 +118,11 @@ func (a *State) freeSlot(now time.Time, conc int32, slotDelay time.Duration) (in
 // returns the slot it took (-1 without SlotDelay) and the quota window it
 // was counted in.
 func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
-	a.InFlight++
-	slotIndex = -1
-	if slotDelay > 0 {
-		i, _ := a.freeSlot(now, conc, slotDelay)
-		if i < 0 {
-			a.slots = append(a.slots, slot{})
-			i = len(a.slots) - 1
-		}
-		a.slots[i] = slot{busy: true, last: now}
-		slotIndex = i
+	slotIndex, window = a.StartUncounted(now, conc, slotDelay, quota, w, cost)
+	if slotIndex >= 0 {
+		a.slots[slotIndex].last = now
 	}
 	a.Started, a.LastStart = true, now
-	if quota > 0 {
-		window = a.Quota.add(now, w, cost)
-	}
 	return slotIndex, window
 }
 
