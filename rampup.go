@@ -258,7 +258,7 @@ type rampup struct {
 	memory   time.Duration // the last server-given wait: rounds last at least as long
 	run429   bool          // the run holds a 429: a rate limit, not an outage
 	climb    float64       // the next steady climb above good (a fraction)
-	span     time.Duration // the steady window while the first cycle's estimate is unproven; 0: Window
+	span     time.Duration // the steady window of one cycle, from a first cycle's estimate to the next cycle's end; 0: Window
 	cycleLen time.Duration // the shortest cycle measured
 	proven   float64       // the fastest rate a quiet steady window of a cycle or more proved; 0: none
 
@@ -416,9 +416,6 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			// frees what a burst took at the pace it was taken; no rate
 			// to blame, as endRound says.)
 			r.winSignals++
-		}
-		if r.settled {
-			r.span = 0 // the steady state found a limit: back to Window
 		}
 		r.winGated = r.winGated || waited > 0 && !ans.spent
 		if end := now.Add(waited); waited > 0 && end.After(r.gateEnd) {

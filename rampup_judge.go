@@ -68,14 +68,17 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, globalCap int) {
 // server counts refused requests too (HAProxy's stick table on
 // http_req_rate): the client's own knocking, and the slow first seconds
 // of the search, lengthen the cycle, and at the low rate no refusal comes
-// to correct it. So until a signal comes, the steady state judges the
-// first estimate in windows of one cycle rather than of Window, and
-// climbs from it (5, 10, then 20 %) a cycle apart, not a minute apart.
-// Later cycles settle at no less than the rate a quiet steady window of a
-// cycle or more proved. Against 50 requests in any 10 s, refused ones
-// counted, the first estimate is 75 % of the limit; the scope held 64-77 %
-// for minutes before these two rules, 93 % after (internal/sim,
-// cold-50per10s-counting).
+// to correct it. So the steady state judges the first estimate in
+// windows of one cycle rather than of Window, and climbs from it (5, 10,
+// then 20 %) a cycle apart, not a minute apart; and it keeps to windows
+// of one cycle once a climb is refused, so the bisection between the last
+// good and the refused rate goes on a cycle apart too (it went back to
+// Window, a minute, before: 90 % of the limit after 280 s and 93.9 %
+// steady; now 129 s and 98.9 %, with 0.5 signals a minute). Later cycles
+// settle at no less than the rate a quiet steady window of a cycle or
+// more proved. Against 50 requests in any 10 s, refused ones counted, the
+// first estimate is 75 % of the limit; the scope held 64-77 % for minutes
+// before these rules (internal/sim, cold-50per10s-counting).
 func (r *rampup) endCycle(now time.Time, cfg *ScopeConfig, globalCap int, first bool) bool {
 	el := now.Sub(r.cycle).Seconds()
 	n := r.cycleOK
@@ -105,8 +108,8 @@ func (r *rampup) endCycle(now time.Time, cfg *ScopeConfig, globalCap int, first 
 	return true
 }
 
-// window is the steady state's window: Window, or one cycle while the
-// first cycle's estimate is unproven (see endCycle).
+// window is the steady state's window: Window, or one cycle from a first
+// cycle's estimate until the next cycle ends (see endCycle).
 func (r *rampup) window(cfg *ScopeConfig) time.Duration {
 	if r.span > 0 {
 		return min(r.span, cfg.Window)

@@ -453,3 +453,19 @@ func TestRampupFailedProbeExcusesOnlyItself(t *testing.T) {
 		}
 	}
 }
+
+// TestRampupCycleWindowsOutliveARefusal: after a first quota cycle's
+// estimate, the steady state judges in windows of one cycle, and keeps
+// to them once a climb is refused, so the bisection towards the refused
+// rate goes on a cycle apart, not a minute apart (a limiter that counts
+// refusals: 90 % of its limit after 129 s instead of 280).
+func TestRampupCycleWindowsOutliveARefusal(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.settledAt(4)
+	r.span, r.cycleLen = 13*time.Second, 13*time.Second
+	r.rate = 4.4 // a climb
+	p.now = p.now.Add(time.Second)
+	p.answer(p.now.Add(-10*ms), tooMany)
+	assert.Equal(t, 13*time.Second, r.window(&p.s.cfg), "still a cycle")
+	assert.Less(t, r.window(&p.s.cfg), p.s.cfg.Window)
+}
