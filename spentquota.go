@@ -15,20 +15,22 @@ import "time"
 // spent answer (55 % of httprate's limit in the field suite), and the
 // gate itself, by emptying the window, hides what the server is.
 //
-// So the first spent answer is tested rather than believed: it gates the
-// scope for its own pace only (the next request starts when it would
-// have), and the answer to a request started after it, before its reset,
-// tells: a success says the quota slides, a refusal (429, with the
+// So the first spent answer is tested rather than believed: it does not
+// gate the scope (the next request starts at the scope's pace), and the
+// answer to a request started after it, before its reset, tells: a success says the quota slides, a refusal (429, with the
 // server's Retry-After) that it is fixed. From then on a spent answer of a
 // fixed quota gates the scope until its reset and counts as a rate signal
 // for rampup; one of a sliding quota does neither, and the server's
-// refusals still do. The test costs a fixed quota one refusal, once.
+// refusals still do. The test costs a fixed quota one refusal, once. A
+// request started after the reset tests nothing (the quota may have been
+// refilled) and drops the test; the next spent answer starts another.
 type spentQuota struct {
 	kind  quotaKind
 	probe time.Time // pending test: the spent answer's time; zero: none
 	reset time.Time // and the reset it named
 }
 
+// quotaKind is what spentQuota learned of a scope's quota.
 type quotaKind uint8
 
 const (
