@@ -189,7 +189,33 @@ func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents
 	if watch {
 		changes = *ev
 	}
-	for _, s := range *subs {
-		s.f(p, *fb, changes)
+	// A subscriber that panics (a user's hook) must not keep the release
+	// from those after it: a ReadyQueue's Pop would sleep until another
+	// release. They run, then the first panic goes on.
+	var first any
+	failed := false
+	for i, s := range *subs {
+		if i == len(*subs)-1 && !failed {
+			s.f(p, *fb, changes) // the last, none failed: nothing to protect
+			break
+		}
+		if v, panicked := callReleased(s.f, p, *fb, changes); panicked && !failed {
+			first, failed = v, true
+		}
 	}
+	if failed {
+		panic(first)
+	}
+}
+
+// callReleased calls f, and reports a panic in it with its value.
+func callReleased(f func(*Permit, Feedback, hookEvents), p *Permit, fb Feedback, ev hookEvents) (v any, panicked bool) {
+	defer func() {
+		if panicked {
+			v = recover()
+		}
+	}()
+	panicked = true
+	f(p, fb, ev)
+	return nil, false
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/crawlerkit/throttle/hooks"
@@ -180,3 +181,45 @@ func TestPanickingUserCode(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestPanickingReleasedHookStillWakesPop: a Released hook that panics does
+// not keep the release from the ReadyQueue: a Pop waiting for the slot gets
+// it at once, and the hook's panic reaches Release's caller.
+func TestPanickingReleasedHookStillWakesPop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var panics atomic.Bool
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		cfg.Hooks.Released = func(hooks.Released) {
+			if panics.Load() {
+				panic("released")
+			}
+		}
+		m := newManager(t, cfg)
+		q := NewReadyQueue(m)
+		p, err := m.Acquire(context.Background(), get(t, "http://a/held"))
+		require.NoError(t, err)
+		require.NoError(t, q.Push(get(t, "http://a/next"), 0))
+		done := make(chan string, 1)
+		go func() {
+			req, p2, err := q.Pop(context.Background())
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			p2.Release(nil, nil)
+			done <- req.URL.String()
+		}()
+		synctest.Wait() // Pop waits for the slot
+		panics.Store(true)
+		require.Equal(t, "released", mustPanic(t, func() { p.Release(nil, nil) }))
+		panics.Store(false)
+		synctest.Wait()
+		select {
+		case got := <-done:
+			require.Equal(t, "http://a/next", got)
+		default:
+			t.Fatal("Pop still waits: the release did not reach the ReadyQueue")
+		}
+	})
+}

@@ -43,8 +43,10 @@
 // each scope of the permit whose policy changed (with a Store as without),
 // then Released, then Warning for a warning the release found. A hook
 // that panics leaves no lock held and no slot taken, and the panic
-// reaches the goroutine that caused the event; a panic in Admitted gives
-// the permit back first, so its caller never gets it.
+// reaches the goroutine that caused the event; a panic in a release's
+// hook does so after the release has reached the rest (a ReadyQueue
+// waiting for the slot hears of it), and a panic in Admitted gives the
+// permit back first, so its caller never gets it.
 //
 // # robots.txt
 //
