@@ -77,9 +77,11 @@ func (m *ThrottlingManager) subscribeMaxHold(o *observers) {
 	o.freedAt = append(o.freedAt, m.holdDeadline)
 }
 
-// unhold takes p off the list of held permits, if it is on it.
+// unhold takes p off the list of held permits, if it is on it. Whether it
+// is is read under the list's lock: reclaim may be unlinking p at the same
+// moment (it lost the race to release p, but took it off the list).
 func (m *ThrottlingManager) unhold(p *Permit) {
-	if e := p.ext; e != nil && e.hlisted {
+	if p.ext != nil {
 		m.holds.remove(p)
 	}
 }
