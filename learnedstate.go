@@ -26,9 +26,10 @@ type learnedState struct {
 	Ramp *learnedRampup `json:"r,omitempty"`
 }
 
-// learnedVersion is the record's format. 2: rampup steers a rate (it
-// stepped levels in 1); a record of another version is refused whole.
-const learnedVersion = 2
+// learnedVersion is the record's format. 3: rampup's pace controller
+// (its rules at the top of rampup.go); a record of another version is
+// refused whole.
+const learnedVersion = 3
 
 type learnedAuto struct {
 	Delay time.Duration `json:"d"`
@@ -53,42 +54,43 @@ type learnedBack struct {
 }
 
 type learnedRampup struct {
-	Rate       float64       `json:"r,omitempty"`
-	Good       float64       `json:"g,omitempty"`
-	Bad        float64       `json:"bad,omitempty"`
-	Lat        time.Duration `json:"l,omitempty"`
-	Changed    int64         `json:"ch,omitempty"`
-	Settled    bool          `json:"se,omitempty"`
-	Paused     bool          `json:"pa,omitempty"`
-	PausedAt   int64         `json:"pt,omitempty"`
-	NoOutage   bool          `json:"no,omitempty"`
-	Dead       bool          `json:"de,omitempty"`
-	Released   int64         `json:"re,omitempty"`
-	Cycle      int64         `json:"cy,omitempty"`
-	CycleOK    int           `json:"co,omitempty"`
-	Run        int           `json:"ru,omitempty"`
-	Dip        bool          `json:"dp,omitempty"`
-	Stated     float64       `json:"sr,omitempty"`
-	Memory     time.Duration `json:"me,omitempty"`
-	Run429     bool          `json:"r4,omitempty"`
-	Climb      float64       `json:"cl,omitempty"`
-	Span       time.Duration `json:"sp,omitempty"`
-	CycleLen   time.Duration `json:"cyl,omitempty"`
-	Proven     float64       `json:"pr,omitempty"`
-	RFirst     int64         `json:"rf,omitempty"`
-	RLast      int64         `json:"rl,omitempty"`
-	ROK        int           `json:"ro,omitempty"`
-	RSig       int           `json:"rs,omitempty"`
-	Win        int64         `json:"w,omitempty"`
-	WinSignals int           `json:"ws,omitempty"`
-	WinCur     int           `json:"wc,omitempty"`
-	WinProbe   bool          `json:"wp,omitempty"`
-	WinGated   bool          `json:"wg,omitempty"`
-	WinGate    time.Duration `json:"wt,omitempty"`
-	GateEnd    int64         `json:"ge,omitempty"`
-	Skip       int           `json:"sk,omitempty"`
-	Fails      int           `json:"fa,omitempty"`
-	WinOK      int           `json:"wo,omitempty"`
+	Rate     float64       `json:"r,omitempty"`
+	Good     float64       `json:"g,omitempty"`
+	Bad      float64       `json:"bad,omitempty"`
+	PrevG    float64       `json:"pg,omitempty"`
+	GAt      int64         `json:\"ga,omitempty\"`
+	Lat      time.Duration `json:"l,omitempty"`
+	Step     float64       `json:"st,omitempty"`
+	Changed  int64         `json:"ch,omitempty"`
+	Cut      int64         `json:"cu,omitempty"`
+	OKCut    bool          `json:"oc,omitempty"`
+	Rise     int64         `json:"ri,omitempty"`
+	Raised   bool          `json:"rd,omitempty"`
+	RFirst   int64         `json:"rf,omitempty"`
+	RLast    int64         `json:"rl,omitempty"`
+	ROK      int           `json:"ro,omitempty"`
+	RSig     int           `json:"rs,omitempty"`
+	ProbeAt  int64         `json:"pa,omitempty"`
+	Fails    int           `json:"fa,omitempty"`
+	Memory   time.Duration `json:"me,omitempty"`
+	Wait     time.Duration `json:"wa,omitempty"`
+	Stated   float64       `json:"sr,omitempty"`
+	Drain    bool          `json:"dr,omitempty"`
+	DrainAt  int64         `json:"da,omitempty"`
+	Cost     int           `json:"co,omitempty"`
+	Costing  bool          `json:"cg,omitempty"`
+	GOK      int           `json:"gk,omitempty"`
+	GGate    time.Duration `json:"gg,omitempty"`
+	GateEnd  int64         `json:"ge,omitempty"`
+	GatedSum time.Duration `json:"gs,omitempty"`
+	DGate    time.Duration `json:"dga,omitempty"`
+	AccAt    int64         `json:"aa,omitempty"`
+	AccOK    int           `json:"ak,omitempty"`
+	Run      int           `json:"ru,omitempty"`
+	RunG     float64       `json:"rg,omitempty"`
+	RunB     float64       `json:"rb,omitempty"`
+	Paused   bool          `json:"ps,omitempty"`
+	PausedAt int64         `json:"pt,omitempty"`
 }
 
 func unixNano(t time.Time) int64 {
@@ -127,18 +129,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, Lat: r.lat, Changed: unixNano(r.changed),
-			Settled: r.settled, Paused: r.paused, PausedAt: unixNano(r.pausedAt), NoOutage: r.noOutage, Dead: r.dead,
-			Released: unixNano(r.released), Cycle: unixNano(r.cycle), CycleOK: r.cycleOK, Run: r.run, Dip: r.dip,
-			Stated: r.stated, Memory: r.memory, Run429: r.run429, Climb: r.climb, Span: r.span,
-			CycleLen: r.cycleLen, Proven: r.proven,
-			RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig,
-			Win: unixNano(r.win), WinSignals: r.winSignals, WinCur: r.winCur, WinProbe: r.winProbe, WinGated: r.winGated,
-			WinGate: r.winGate, GateEnd: unixNano(r.gateEnd),
-			Skip: r.skip, Fails: r.fails, WinOK: r.winOK}
-		if !r.winSet {
-			st.Ramp.Win = 0
-		}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, GAt: unixNano(r.gAt), Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, GOK: r.gOK, GGate: r.gGate, GateEnd: unixNano(r.gateEnd), GatedSum: r.gatedSum, DGate: r.dGate, AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, Paused: r.paused, PausedAt: unixNano(r.pausedAt)}
 	}
 	return st
 }
@@ -163,13 +154,16 @@ func (st *learnedState) check() error {
 		}
 	}
 	if r := st.Ramp; r != nil {
-		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.Climb, r.Stated, r.Proven} {
+		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.PrevG, r.Stated, r.RunG, r.RunB} {
 			if f < 0 || f > rampupMaxRate || math.IsNaN(f) {
 				return bad("rampup rate out of range")
 			}
 		}
-		if r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.WinSignals < 0 || r.WinOK < 0 ||
-			r.CycleOK < 0 || r.WinCur < 0 || r.Skip < 0 || r.Fails < 0 {
+		if r.Step < 0 || r.Step > rampupMaxStep || math.IsNaN(r.Step) {
+			return bad("rampup step out of range")
+		}
+		if r.GOK < 0 || r.GGate < 0 || r.GatedSum < 0 || r.DGate < 0 || r.AccOK < 0 || r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.Fails < 0 || r.Cost < 0 ||
+			r.Memory < 0 || r.Wait < 0 {
 			return bad("negative rampup value")
 		}
 	}
@@ -183,7 +177,7 @@ func (st *learnedState) latest() int64 {
 		t = max(t, b.LastStep, b.Win)
 	}
 	if r := st.Ramp; r != nil {
-		t = max(t, r.Changed, r.Win, r.PausedAt, r.Released, r.Cycle, r.RFirst, r.RLast)
+		t = max(t, r.Changed, r.Cut, r.Rise, r.GAt, r.AccAt, r.ProbeAt, r.PausedAt, r.DrainAt, r.RFirst, r.RLast)
 	}
 	return t
 }
@@ -204,14 +198,9 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
-			settled: r.Settled, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), noOutage: r.NoOutage, dead: r.Dead,
-			released: fromUnixNano(r.Released), cycle: fromUnixNano(r.Cycle), cycleOK: r.CycleOK, run: min(r.Run, outageRun),
-			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb, span: max(r.Span, 0),
-			cycleLen: max(r.CycleLen, 0), proven: r.Proven,
-			rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig,
-			win: fromUnixNano(r.Win), winSet: r.Win != 0, winSignals: r.WinSignals, winCur: r.WinCur, winProbe: r.WinProbe,
-			winGated: r.WinGated, winGate: max(r.WinGate, 0), gateEnd: fromUnixNano(r.GateEnd), skip: min(r.Skip, rampupMaxSkip), fails: r.Fails, winOK: r.WinOK}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, gAt: fromUnixNano(r.GAt), lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, gOK: r.GOK, gGate: r.GGate, gateEnd: fromUnixNano(r.GateEnd), gatedSum: r.GatedSum, dGate: r.DGate, accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
+		rr.bound()
+		s.rampup = rr
 	}
 	s.setConfig(s.cfg) // clamp to this scope's bounds, recompute the effective values
 	return nil

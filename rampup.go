@@ -1,5 +1,59 @@
 package throttle
 
+// Rampup's pace controller. Each rule below has a test in rampup_test.go.
+//
+// It steers one number, the scope's start rate R, from the configured
+// pace to what the server allows, and remembers two rates: G, the fastest
+// the server accepted long enough to prove it, and B, the slowest it
+// refused since (0: none). Slots follow R: twice R times the latency.
+// Answers are read in rounds: a round is the answers to the requests
+// started since R last changed. It proves R when it holds two answers or
+// more, spans 100 ms and the server's last Retry-After, holds no refusal,
+// and its requests started at 70 % of R or faster (R paced them, not
+// another rule, scope or a lack of requests).
+//
+//  1. Climb. A round that proves R sets G = R and raises R: doubling
+//     while no refusal was ever seen (TCP's slow start); halfway, on a
+//     log scale, to B while B is above (bisection); once G is past B, by
+//     a step of 2 % that doubles each time it is proven (CUBIC's convex
+//     probing past an old ceiling).
+//  2. Cruise. Once B is within 2 % of G, R holds at G and a probe comes
+//     at the probe time: the next climb, held for the proof time (the
+//     longest the server took to refuse a rise, at least a round).
+//     Proven, it climbs on at once. Refused, the next probe waits its
+//     proof time, doubled for each failed probe in a row and multiplied
+//     by the refusals it cost over MaxSignals, at most 10 Windows: so the
+//     probes of a steady state cost MaxSignals a window or less, and a
+//     learned ceiling is re-probed within 10 Windows (BBR's bandwidth
+//     probes; the AWS SDKs' adaptive retry keeps the last good rate as
+//     CUBIC does).
+//  3. Refusal. The first refusal of a request started after R last fell
+//     is one event; refusals of requests sent before the fall answer the
+//     old rate (TCP's one reduction per round trip). Above G, a failed
+//     climb or probe: B = R and R = G. At or below G, after a success at
+//     that rate: the server refuses a rate it accepted, so G and R fall
+//     to what the round delivered (R times its share of 2xx), by 2 % at
+//     least and by half at most, and B is the rate refused.
+//  4. Drain. From a refusal event to the next success the server still
+//     refuses what came before (a counter that counts refusals, a spent
+//     quota, a drained bucket): each round of nothing but refusals halves
+//     R, never below two requests per time since the event, so its end is
+//     seen within half the time it took; the first success after it
+//     returns R to G. Refusals in a drain never move G.
+//  5. Cycle. A drain that begins at or below G is a quota running out at
+//     that rate: the 2xx from the end of the previous drain to the end of
+//     this one, over that time, are what the server allows; G and B go 2
+//     % under and over it (not from the first request: the climb is in
+//     that one).
+//  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
+//     not a rate: R is kept, backoff probes, the first success resumes.
+//     Back within 10 s, it was a rate limiter refusing a run: R halves.
+//  7. Stated. A server that states its limit is paced 2 % below it, and
+//     never above; refusals under it are followed as above.
+//
+// R stays between 1/Backoff.MaxDelay and the ceiling of the slots and
+// Rampup.MinDelay: the configured Delay is only where it starts.
+
 import (
 	"math"
 	"net/http"
@@ -7,86 +61,16 @@ import (
 )
 
 // RampupConfig configures rampup, for paid APIs and other servers that
-// should be used as fast as their rate limit allows.
-//
-// Rampup steers one number, the scope's start rate, from the configured
-// pace (1/Delay; with Delay 0, Concurrency requests per latency) up to what
-// the server allows, and gives the scope as many slots as that rate needs
-// at the latency seen (twice the rate times the latency, as BBR sizes its
-// window at twice the bandwidth-delay product), up to MaxConcurrency. It
-// owns the scope's rate-limit signals in both directions: a server whose
-// limit is below the configured pace is followed down, to one request per
-// Backoff.MaxDelay at the slowest. Backoff keeps what is not a rate limit:
-// transport timeouts and outages.
-//
-// It has two speeds, because a cold start and a steady state ask different
-// questions:
-//
-//   - Search, in rounds. A round is the answers to the requests started
-//     since the rate last changed; it ends after two answers (four once a
-//     refusing rate is known) spanning at least 100 ms and the server's
-//     last Retry-After, or at once on a refusal of a rate above the last
-//     good one. A round without a backoff signal, in which the rate took
-//     effect (its starts came at least 70 % as fast as the rate: not held
-//     back by another rule, another scope, a gate or a lack of requests),
-//     proves the rate good. Until a rate draws a signal, each good round
-//     doubles the rate: TCP's slow start, one doubling per round trip, so
-//     a 1 req/s start reaches 50 req/s in seconds rather than the minutes
-//     that one step per window took. A refused probe returns to the last
-//     good rate at once and becomes the known bad rate; between the two,
-//     rampup bisects geometrically (sqrt(good*bad): rates span orders of
-//     magnitude) until they are within 2 %. When a round at or below the
-//     good rate draws signals, the good rate was an illusion (a token
-//     bucket's burst answered it): the rate falls to what the server
-//     delivered in that round (the rate times its share of 2xx answers,
-//     the limit of a drained token bucket), and the search goes on.
-//   - Steady state, in windows (Window, default 60 s). Once the search has
-//     converged, the rate is judged once per window, aiming at MinSignals
-//     to MaxSignals backoff signals per window: a window with fewer probes
-//     the bad rate (spending about one signal a window to follow a limit
-//     that rises), and once that proves good, climbs by 5, 10, then 20 %
-//     per window; a refused probe returns to half the good rate until the
-//     next success, then to the good rate (a limiter that counts refused
-//     requests too stays shut while the client knocks near its limit);
-//     failed probes come 1, 3, 7 ... windows apart, and at
-//     least as far apart as their cost in signals (half of rate x latency
-//     against a strict limiter). A window with more signals than the
-//     target steps the rate down by 5 %, or to just below the 2xx rate it
-//     delivered when that is lower; a window with MaxSignals+4 ends early.
-//
-// Some servers say more than refusals. A server that states its limit
-// (RateLimit-Policy, or X-RateLimit-Limit over its reset: Feedback's
-// StatedRate) is paced 2 % below it from its first response, never above.
-// A quota counted per minute shows as periods of nothing but 429s: each
-// such period's end is the start of the quota's next window, and the
-// successes from one end to the next, over that time, are its rate; the
-// scope settles just below it. The first estimate, counted from the first
-// request, can be low (a limiter that counts refused requests too, like
-// HAProxy's stick tables, stays shut while the search knocks): it is
-// judged, and climbed from, in windows of one cycle; and a later cycle
-// never settles below a rate that a quiet steady window of a cycle or
-// more proved. A success whose headers say the quota is spent is a rate
-// signal too, when the quota is of fixed windows (a sliding one says "0
-// remaining" at every success near its limit; see Feedback.Exhausted).
-// A server that states its limit and refuses just below it steps the
-// rate down by 5 % a window of refusals, not to the pace its
-// Retry-After gates left.
-//
-// Signals: 429, and 503 and the other backoff statuses, count alike when
-// they come interleaved with successes: many servers, nginx's limit_req
-// among them, limit with 503. Two 5xx in a row at the steady rate halve it
-// until the next answer; four in a row with no success and no 429 between
-// are an outage, not a rate limit: rampup pauses without marking any rate
-// bad, backoff probes the outage (after 5 s, then one request per
-// Backoff.OutageProbe), and the first success returns the scope to the
-// pace it had (one within 10 s says it was a rate limit after all: the
-// search goes on from half the rate). A round of nothing but 429s (a quota
-// spent until its window ends, a limiter that counts refused requests too)
-// halves the rate each round, down to the configured pace, without taking
-// it for a limit. Responses to requests started before the rate last
-// changed answer the old rate and move nothing. Server-given waits still
-// gate the scope. While rampup is on, jitter never shortens a gap and
-// lengthens it by 2 % at most: a rate limiter refuses what comes early.
+// should be used as fast as their rate limit allows: the scope's start
+// rate climbs from the configured pace (1/Delay; with Delay 0,
+// Concurrency requests per latency) to what the server accepts, holds
+// just under it, and keeps probing above it; it follows a limit below
+// the configured pace down to one request per Backoff.MaxDelay. The
+// scope gets the slots that rate needs (twice the rate times the
+// latency), up to MaxConcurrency. Rampup owns the rate signals (429, and
+// 5xx between successes); backoff keeps timeouts and outages. While
+// rampup is on, jitter never shortens a gap and lengthens it by 2 % at
+// most: a rate limiter refuses what comes early.
 //
 // A zero RampupConfig is invalid (MinSignals must be >= 1, even with
 // Enabled false), except in a Config.Scopes entry or a SetScopeConfig
@@ -96,15 +80,16 @@ import (
 type RampupConfig struct {
 	// Enabled turns rampup on. Default false.
 	Enabled bool
-	// MinSignals and MaxSignals are the target number of backoff signals
-	// per Window in the steady state. Default 1 and 1. MinSignals must be
-	// >= 1, MaxSignals >= MinSignals.
+	// MinSignals and MaxSignals are the refusals per Window the steady
+	// state may spend probing for a limit that rose: probes come further
+	// apart when they cost more than MaxSignals. Default 1 and 1.
+	// MinSignals must be >= 1, MaxSignals >= MinSignals.
 	MinSignals, MaxSignals int
-	// MinDelay is the floor of the delay between starts: 1/MinDelay caps
-	// the rate. Default 0 (no cap).
+	// MinDelay is the least delay between starts: 1/MinDelay caps the
+	// rate. Default 0 (no cap).
 	MinDelay time.Duration
-	// MaxConcurrency caps the concurrency. Default 0, which means the
-	// manager's GlobalConcurrency.
+	// MaxConcurrency caps the slots. Default 0, which means the manager's
+	// GlobalConcurrency.
 	MaxConcurrency int
 }
 
@@ -132,154 +117,122 @@ func (c RampupConfig) validate(prefix string) error {
 
 // The numbers of rampup, and why they are these:
 const (
-	// rampupRoundFast and rampupRoundSlow are the answers that end a
-	// search round: two while no rate was refused (one doubling per round
-	// trip needs the first answers, and two rather than one so a single
-	// lucky answer proves nothing), four while bisecting (the probes are
-	// close to the limit, where a token bucket answers the first requests
-	// of a probe from its burst). rampupRoundSteady is the round of the
-	// steady state, which only watches for a limit that fell (more than
-	// half refused) or an outage: eight answers.
-	rampupRoundFast = 2
-	// rampupRoundMin is the least time a round's requests span: at
-	// 1 ms latency two answers come back within a millisecond, and a
-	// server's burst allowance (50 requests at once) would prove rate
-	// after rate up to thousands a second. Rounds of 100 ms at least let
-	// a burst of B hide rates up to about 5B a second, not any rate.
-	rampupRoundMin    = 100 * time.Millisecond
-	rampupRoundSlow   = 4
-	rampupRoundSteady = 8
-	// rampupMaxMemory caps how long a round must last after server waits
-	// (see onAnswer).
-	rampupMaxMemory = 10 * time.Second
-	// rampupCycleMin and rampupCycleMinOK: a refusal cycle (from the end
-	// of one period of nothing but 429s to the end of the next, see
-	// endCycle) is measured when it lasts at least 5 s with at least 10
-	// successes; shorter ones are a token bucket's, which rounds find.
-	rampupCycleMin   = 5 * time.Second
-	rampupCycleMinOK = 10
-	// rampupSteadyRefusals signals in a steady round of eight (a quarter
-	// refused) say the limit fell: the search starts again from what the
-	// server delivered. The steady state spends about one signal a
-	// window; two in eight answers are not that.
-	rampupSteadyRefusals = 2
-	// rampupEffect is the share of the rate a round's (or a window's)
-	// starts must reach for it to prove the rate: 70 % leaves room for
-	// jitter (±10 %) and for the first start's wait for the pace.
+	// rampupRound is the least answers that end a round: two, so one
+	// lucky answer proves nothing; four once a refused rate is known,
+	// where a token bucket answers the first requests of a probe from
+	// its burst.
+	rampupRound      = 2
+	rampupRoundNearB = 4
+	// rampupRoundMin is the least time a round's requests span: at 1 ms
+	// latency two answers come back within a millisecond, and a burst of
+	// 50 would prove rate after rate up to thousands a second. 100 ms
+	// lets a burst of B hide rates up to about 5B a second, no more.
+	rampupRoundMin = 100 * time.Millisecond
+	// rampupEffect is the share of R a round's starts must reach for it
+	// to prove R: 70 % leaves room for jitter and for the first start's
+	// wait for the pace.
 	rampupEffect = 0.7
-	// rampupEpsilon is the margin below a rate the server states or a
-	// quota cycle proved, and the steady state's bisection end: good
-	// and bad within 2 %.
+	// rampupEpsilon is the margin below a rate the server states, the
+	// end of the bisection (G and B within 2 %), the first step of a
+	// climb past B, and the least step down at a refusal: finer than
+	// that, the noise of a real server's clock decides.
 	rampupEpsilon = 0.02
-	// rampupBisectEnd ends the search's bisection: good and bad within
-	// 4 %. Each failed probe costs the cold start about one answer in a
-	// round trip's worth (a refused request, and the token it spoiled
-	// against a bucket with no burst), and the last ones, at 1, 2 and 4 %
-	// above the good rate, gained less than they cost: at 1 req/s seven
-	// probes (2, 1.41, 1.19, 1.09, 1.04, 1.02, 1.01) cost the first minute
-	// 90 % of the limit (82 s to reach it); five, 58.6 s. The steady
-	// state finishes the bisection, a window at a time. Only where a
-	// failed probe is cheap (see bisectEnd): at 50 req/s and 2 s one
-	// costs about 50 refusals, better spent in the search than in the
-	// steady state's windows.
-	rampupBisectEnd = 0.04
-	// rampupStepDown is the step down of a window over the target: 5 %
-	// of the rate.
-	rampupStepDown = 0.05
-	// rampupClimb is the first climb of a quiet steady window once the
-	// bad rate proved good (the limit rose): 5 %, doubling per window up
-	// to rampupClimbMax.
-	rampupClimb = 0.05
-	// rampupClimbMax caps those climbs at 20 % a window. Doubling without
-	// a cap reached 40 % by the fourth window climbing from a low first
-	// estimate (63 % of HAProxy's limit: 5, 10, 20, then 40 % over 88 %),
-	// a probe 23 % over a limiter that counts refused requests too, whose
-	// refusals cost 6 signals in the minute (the field suite's haproxy-429
-	// case, once in four runs). At 20 % a probe overshoots a limit by 20 %
-	// at most, and a limit that doubled is still found in five windows.
-	rampupClimbMax = 0.2
-	// rampupConcGain sizes the slots: twice the rate times the latency.
+	// rampupMaxStep caps a climb's step: doubling.
+	rampupMaxStep = 1.0
+	// rampupMaxMemory caps the proof time and the span of the delivered
+	// rate: a minute, the ring of successes (rampupRing).
+	rampupMaxMemory = time.Minute
+	// rampupCycleMin is the least time a drain lasts for rule 5 to read
+	// its cycle: a second, so a bucket refilling is not a quota.
+	rampupCycleMin = time.Second
+	// rampupTrust is the least span of successes the delivered rate is
+	// trusted over whole: shorter, a refusal at G halves it at most.
+	rampupTrust = 5 * time.Second
+	// rampupMaxProbeWindows caps the time between probes: 10 Windows.
+	// A learned ceiling is re-probed within it, and a steady state's
+	// probes cost at most a tenth of their refusals a Window.
+	rampupMaxProbeWindows = 10
+	// rampupMaxFails caps the doublings of the probe interval.
+	rampupMaxFails = 16
+	// rampupKnocks is how many requests a drain sends at least per time
+	// since it began: two, so its end is seen within half the time it
+	// took.
+	rampupKnocks = 2
+	// rampupConcGain sizes the slots: twice the rate times the latency,
+	// as BBR sizes its window at twice the bandwidth-delay product.
 	rampupConcGain = 2
-	// rampupJitterMax is the widest jitter under rampup (see rampupJitter).
+	// rampupJitterMax is the widest jitter under rampup (rampupJitter).
 	rampupJitterMax = 0.02
 	// rampupFirstLatency is the latency assumed before the first answer,
 	// to size the slots: with one slot and a server that takes 2 s, the
-	// first round would be paced by the slot, not the rate, and prove
-	// nothing (TCP likewise starts with several segments in flight).
+	// first round would be paced by the slot, not the rate.
 	rampupFirstLatency = time.Second
-	// rampupEarlyWindow: a steady window with this many signals more than
-	// MaxSignals ends at once rather than at its end. A token bucket
-	// drained by a rate a few percent too high refuses one request in
-	// many, evenly, which no steady round of eight sees twice; a minute
-	// of it costs dozens of signals at tens of requests a second.
-	rampupEarlyWindow = 3
 	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
 	// first probe (backoff.onOutage), was a rate limit.
 	rampupOutageConfirm = 10 * time.Second
-	// rampupMinWindow is the least time over which a window's 2xx rate
-	// caps a steady rate that drew too many signals (see endWindow): 10 s,
-	// long enough that a burst of a few requests moves the rate by little
-	// (5 s measured worse); half that where the server's own waits paced
-	// the window.
-	rampupMinWindow = 10 * time.Second
-	// rampupMaxSkip caps the steady windows skipped between probes after
-	// a costly one (see endWindow): half an hour at the default Window,
-	// so a limit that rose is found within about that.
-	rampupMaxSkip = 30
 	// rampupMaxRate bounds the rate (one start per microsecond).
 	rampupMaxRate = 1e6
-	// outageRun is how many backoff signals in a row, with no success and
-	// no 429 between, make an outage rather than a rate limit. A rate
-	// limiter refuses runs of about rate/limit - 1 requests between its
-	// successes, and rampup probes at most twice a rate proven good, so
-	// runs of one or two; four in a row is a server failing everything.
+	// outageRun is how many 5xx in a row, with no success and no 429
+	// between, make an outage rather than a rate limit: a limiter
+	// refuses runs of about R/limit - 1 between successes, and rampup
+	// climbs at most to twice a proven rate, so runs of one or two.
 	outageRun = 4
 )
 
-// rampup is the learned rampup state of one scope: a rate controller with
-// time passed in (see RampupConfig).
+// rampup is the learned rampup state of one scope: the pace controller
+// described at the top of this file, with time passed in.
 type rampup struct {
-	rate     float64       // starts per second now; 0 before the first answer (the configured pace)
-	good     float64       // highest rate proven good; 0: none
-	bad      float64       // lowest rate that drew signals; 0: none
-	lat      time.Duration // smoothed latency of good answers
-	changed  time.Time     // when rate last changed
-	settled  bool          // the search is over: steady state, judged per window
-	paused   bool          // an outage: backoff probes it, the first success resumes
-	pausedAt time.Time     // when
-	noOutage bool          // a run is no outage until the search settles (see onAnswer)
-	dead     bool          // in a period of nothing but 429s
-	released time.Time     // when the last such period ended
-	cycle    time.Time     // when the last such period ended (the first answer, before any)
-	cycleOK  int           // successes since
-	run      int           // backoff signals in a row, no success between
-	dip      bool          // halved (two 5xx at the steady rate, a refused steady probe) until the next success
-	stated   float64       // the lowest rate the server stated it allows; 0: none
-	memory   time.Duration // the last server-given wait: rounds last at least as long
-	run429   bool          // the run holds a 429: a rate limit, not an outage
-	climb    float64       // the next steady climb above good (a fraction)
-	span     time.Duration // the steady window of one cycle, from a first cycle's estimate to the next cycle's end; 0: Window
-	cycleLen time.Duration // the shortest cycle measured
-	proven   float64       // the fastest rate a quiet steady window of a cycle or more proved; 0: none
+	rate  float64       // R, starts per second; 0 before the first answer (the configured pace)
+	good  float64       // G: the fastest rate proven; 0: none
+	bad   float64       // B: the slowest rate refused since; 0: none
+	prevG float64       // G before it last rose
+	gAt   time.Time     // when G was last set
+	lat   time.Duration // smoothed latency of successes
+	step  float64       // the next climb above G past B (a fraction); 0: slow start
 
-	// the round: answers to the requests started since changed, and the
-	// first and last of their starts (answers, not starts, are counted:
-	// with a Store, other processes start requests this one never sees)
+	changed time.Time // when R last changed: the round's start
+	cut     time.Time // when R last fell: older refusals are the event answered
+	okCut   bool      // a success of a request started after cut came
+	rise    time.Time // when the rate G last rose to began
+	raised  bool      // G rose since the last refusal event
+
+	// the round: answers to requests started since changed
 	rFirst, rLast time.Time
 	rOK, rSig     int
 
-	// the window: every answer of the current Window
-	win        time.Time
-	winSet     bool
-	winSignals int
-	winCur     int           // signals at the current rate (after changed)
-	winProbe   bool          // a steady probe failed in the window
-	winGated   bool          // a signal in the window carried a server-given wait
-	winGate    time.Duration // how long server waits held the scope in the window
-	gateEnd    time.Time     // the end of the last server wait
-	skip       int           // steady windows still to pass before the next probe
-	fails      int           // steady probes failed in a row
-	winOK      int
+	probeAt time.Time     // no climb from a settled G before it (rule 2)
+	fails   int           // climbs refused in a row
+	memory  time.Duration // the longest from a rise to the refusal it drew
+	wait    time.Duration // the server's last wait: rounds span it
+	stated  float64       // the lowest rate the server stated; 0: none
+	drain   bool          // rule 4: from a refusal event to the next success
+	drainAt time.Time     // when the drain began
+	cost    int           // refusals since the last failed climb, until its drain ended
+	costing bool          // counting cost
+
+	gOK   int           // successes since gAt
+	gGate time.Duration // gatedSum at gAt
+
+	gateEnd  time.Time     // the end of the latest server gate
+	gatedSum time.Duration // the time server gates held the scope, in all
+	dGate    time.Duration // gatedSum at drainAt
+	accAt    time.Time     // the end of the last drain (the first answer, before any)
+	accOK    int           // successes since
+
+	run      int // 5xx in a row, no success and no 429 between
+	runG     float64
+	runB     float64 // G and B when the run began
+	paused   bool    // an outage: backoff probes it
+	pausedAt time.Time
+}
+
+// bound keeps the counters of an imported state within what the rules
+// make of them.
+func (r *rampup) bound() {
+	r.fails = min(r.fails, rampupMaxFails)
+	r.memory, r.wait = min(r.memory, rampupMaxMemory), min(r.wait, rampupMaxMemory)
+	r.run = min(r.run, outageRun)
+	r.step = min(r.step, rampupMaxStep)
 }
 
 // configure keeps the state within cfg's bounds.
@@ -306,15 +259,16 @@ func (r *rampup) minRate(cfg *ScopeConfig) float64 {
 	return float64(time.Second) / float64(max(cfg.Backoff.MaxDelay, time.Second))
 }
 
-// ceiling is the fastest rate rampup may try: 1/Rampup.MinDelay, and what
-// MaxConcurrency slots carry at the latency seen.
+// ceiling is the fastest rate rampup may try: 2 % under a rate the
+// server states, 1/Rampup.MinDelay, and what MaxConcurrency slots carry
+// at the latency seen.
 func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
 	c := float64(rampupMaxRate)
 	if r.stated > 0 {
-		c = r.stated // the rate the server states
+		c = r.stated * (1 - rampupEpsilon)
 	}
 	if d := cfg.Rampup.MinDelay; d > 0 {
-		c = float64(time.Second) / float64(d)
+		c = min(c, float64(time.Second)/float64(d))
 	}
 	if r.lat > 0 {
 		c = min(c, float64(r.maxConc(cfg, globalCap))*float64(time.Second)/float64(r.lat))
@@ -374,9 +328,13 @@ func (r *rampup) concurrency(cfg *ScopeConfig, globalCap int) (int, bool) {
 // learned reports whether rampup holds anything worth keeping.
 func (r *rampup) learned() bool { return r != nil && (r.rate != 0 || r.good != 0 || r.bad != 0) }
 
-// set changes the rate and starts a new round.
+// set changes the rate and starts a new round; a lower rate is a cut
+// (rule 3).
 func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float64) {
 	rate = r.clamp(cfg, globalCap, rate)
+	if rate < r.rate {
+		r.cut, r.okCut = now, false
+	}
 	if rate != r.rate {
 		r.rate, r.changed = rate, now
 	}
@@ -395,208 +353,333 @@ const (
 
 // onAnswer learns from one answer at now (nothing from a transport
 // error: rampup steers a rate, and a timeout says nothing of it). A
-// success whose headers say the quota is spent (of fixed windows, see
-// spentQuota) counts as a rate signal, which came before the 429: rampup
-// aims at few of them too; it is never an outage, as a 429 is not.
+// success whose headers say a fixed quota is spent (see spentQuota) is a
+// success: the server gate it sets holds the scope until the quota's
+// reset, and the rate that spent it is one the server accepted.
 func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVerdict {
 	if r == nil || ans.status == 0 {
 		return rampupLeft
 	}
-	globalCap, started, latency := ans.globalCap, ans.started, ans.latency
-	signal := ans.signal || ans.spent // a rate signal
-	is429 := ans.status == http.StatusTooManyRequests || ans.spent
-	var waited time.Duration // the server-given wait it gated the scope with
-	if ans.gated {
-		waited = ans.gate
+	gc := ans.globalCap
+	refused := ans.signal
+	if r.rate == 0 {
+		r.rate = r.clamp(cfg, gc, r.start(cfg))
+		r.changed, r.cut, r.accAt = ans.started, ans.started, ans.started
 	}
-	if signal {
-		if r.released.IsZero() || now.Sub(r.released) >= rampupCycleMin {
-			// (Not the refusals just after a period of them ended: the
-			// server's memory still letting go, as a sliding window
-			// frees what a burst took at the pace it was taken; no rate
-			// to blame, as endRound says.)
-			r.winSignals++
-		}
-		r.winGated = r.winGated || waited > 0 && !ans.spent
-		if end := now.Add(waited); waited > 0 && end.After(r.gateEnd) {
-			r.winGate += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
+	if refused && ans.gated {
+		r.wait = min(ans.gate, rampupMaxMemory)
+		if end := now.Add(ans.gate); end.After(r.gateEnd) {
+			r.gatedSum += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
 			r.gateEnd = end
 		}
-		if waited > 0 {
-			// Rounds must outlast the server's waits: between two gates
-			// a rate the server refuses looks good for a second.
-			r.memory = min(waited, rampupMaxMemory)
-		}
-	} else {
-		r.winOK++
-		r.cycleOK++
-		if latency > 0 {
-			if r.lat == 0 {
-				r.lat = latency
-			} else {
-				r.lat += (latency - r.lat) / 8
-			}
-		}
 	}
-	if r.rate == 0 {
-		r.rate, r.changed = r.clamp(cfg, globalCap, r.start(cfg)), started
-		r.cycle = started
+	if !refused && ans.latency > 0 {
+		if r.lat == 0 {
+			r.lat = ans.latency
+		} else {
+			r.lat += (ans.latency - r.lat) / 8
+		}
 	}
 	if s := ans.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
-		// The server states its limit: pace just below it from now on,
-		// never above, and search no more.
-		r.stated = s
-		r.good, r.bad = s*(1-rampupEpsilon), s
-		r.settle(now, cfg, globalCap)
+		r.stated = s // rule 7: the ceiling is 2 % under it
+		r.bad = s
+		r.setGood(now, s*(1-rampupEpsilon))
+		r.probeAt = now.Add(r.probeInterval(cfg))
+		r.set(now, cfg, gc, r.good)
 	}
-	switch {
-	case r.paused && signal:
-		return rampupLeft // backoff probes the outage
-	case r.paused:
-		r.paused, r.run, r.run429 = false, 0, false
-		if now.Sub(r.pausedAt) < rampupOutageConfirm {
-			// Back at the first probe: the "outage" was a rate limiter
-			// refusing a run of requests at a rate far above its limit
-			// (a token bucket's burst made that rate look good). Search
-			// down from half of it, and take no run for an outage again
-			// until the search has settled.
-			r.noOutage, r.settled = true, false
-			r.bad, r.good = r.rate, 0
-			r.set(now, cfg, globalCap, r.rate/2)
-			return rampupLeft
-		}
-		// The server answers again: back to the rate the outage found.
-		r.set(now, cfg, globalCap, r.rate)
-		return rampupLeft
+	if v, done := r.outage(now, cfg, ans, refused); done {
+		return v
 	}
-	// The run of failures counts every answer, whatever rate its request
-	// was sent at: an outage fails them all.
-	if !signal {
-		r.run, r.run429 = 0, false
-		if r.dip {
-			// The dip's 5xx was a refusal among successes, not an
-			// outage: back to the good rate.
-			r.dip = false
-			if !r.dead { // else the period of refusals ends below, at the good rate or a cycle's
-				r.set(now, cfg, globalCap, max(r.rate, r.good))
-			}
+	if refused {
+		if r.costing {
+			r.cost++
 		}
-	} else {
-		r.run = min(r.run+1, outageRun)
-		r.run429 = r.run429 || is429
-		if r.run >= outageRun && !r.run429 && !r.noOutage {
-			r.paused, r.pausedAt, r.dip = true, now, false
-			if r.good > 0 {
-				r.rate = max(r.rate, r.good) // resume where the outage found it
-			}
-			return rampupOutage
+		if ans.started.Before(r.cut) {
+			return rampupTook // rule 3: the event already answered
 		}
-		if r.settled && r.run >= 2 && !r.run429 && !r.noOutage && r.rate <= r.good {
-			// Two 5xx in a row at the steady rate: the start of an
-			// outage, or a rare pair of refusals. Halve until the next
-			// answer tells which: a success restores the rate at once,
-			// four in a row are an outage, reached with fewer requests
-			// sent meanwhile.
-			r.dip = true
-			r.set(now, cfg, globalCap, r.rate/2)
-			return rampupTook
+		r.count(ans.started, false)
+		if r.drain && !r.okCut {
+			r.drainRound(now, cfg, gc) // rule 4
+		} else {
+			r.refusal(now, cfg, gc)
+		}
+		return rampupTook
+	}
+	r.gOK++
+	r.accOK++
+	if !ans.started.Before(r.cut) {
+		r.okCut = true
+		if r.drain {
+			r.endDrain(now, cfg, gc)
 		}
 	}
-	if started.Before(r.changed) {
-		if signal {
-			return rampupTook // it answers an older rate, already acted on
-		}
-		return rampupLeft
+	if !ans.started.Before(r.changed) {
+		r.count(ans.started, true)
+		r.endRound(now, cfg, gc)
 	}
+	if r.rate == r.good && r.settled() && !now.Before(r.probeAt) {
+		r.set(now, cfg, gc, r.climbTo()) // rule 2: probe
+	}
+	return rampupLeft
+}
+
+// count adds an answer to the round.
+func (r *rampup) count(started time.Time, ok bool) {
 	if r.rOK+r.rSig == 0 || started.Before(r.rFirst) {
 		r.rFirst = started
 	}
 	if started.After(r.rLast) {
 		r.rLast = started
 	}
-	if signal && waited >= rampupCycleMin && !r.dead {
-		// A refusal that names its end (Retry-After, a RateLimit reset):
-		// the gate holds the scope until then, and the first success
-		// after it ends a cycle like a period of refusals does.
-		r.dead = true
-	}
-	if !signal {
-		if r.dead {
-			first := r.released.IsZero()
-			r.dead, r.released = false, now
-			long := now.Sub(r.cycle) >= rampupCycleMin
-			if r.endCycle(now, cfg, globalCap, first) {
-				return rampupLeft
-			}
-			if !long {
-				// Refused again soon after the last refusals ended:
-				// the rate before them was not one the server allows.
-				r.good, r.settled = 0, false
-			}
-			// Back to the good rate, in a new round so the refusals
-			// before count against nothing.
-			r.set(now, cfg, globalCap, max(r.rate, r.good))
-		}
+	if ok {
 		r.rOK++
 	} else {
 		r.rSig++
 	}
-	if signal && r.rate > r.good && r.good > 0 {
-		// A probe above the last good rate failed: back there at once.
-		r.bad, r.winProbe = r.rate, r.settled
-		if r.settled {
-			// Probe less often after each failed probe: 1, 3, 7 ...
-			// windows between them, and at least as many windows as
-			// the probe cost signals over the target. A probe costs
-			// the requests it had in flight when the first refusal came
-			// back, about half of rate x latency against a token bucket
-			// with no burst: 50 at 50 req/s and 2 s.
-			r.fails = min(r.fails+1, 5)
-			cost := math.Ceil(r.rate * r.lat.Seconds() / 2 / float64(cfg.Rampup.MaxSignals))
-			r.skip = int(min(max(float64(int(1)<<r.fails-1), cost-1), rampupMaxSkip))
-			// And at half the good rate until the next success: a
-			// limiter that counts refused requests too (HAProxy's
-			// stick tables) stays shut after a probe over its limit
-			// for as long as the client knocks at nearly that rate,
-			// and each knock is one more refusal (4-6 per failed probe
-			// at the good rate in the field suite's haproxy-429 case).
-			// A token bucket answers the next request at the good rate
-			// anyway: the first success restores it (see dip). Not for
-			// a success that says the quota is spent: the server's own
-			// gate holds the scope until its reset, and the spent
-			// answers that come before it in a row would end a round
-			// at the halved rate and take it for the limit.
-			if !ans.spent {
-				r.dip = true
-				r.set(now, cfg, globalCap, r.good/2)
-				return rampupTook
-			}
-		}
-		r.set(now, cfg, globalCap, r.good)
-		return rampupTook
-	}
-	need := rampupRoundFast
+}
+
+// delivered is the rate of successes while G was in effect (rule 3).
+func (r *rampup) delivered(now time.Time) float64 {
+	return float64(r.gOK) / max((now.Sub(r.gAt)-(r.gatedSum-r.gGate)).Seconds(), 1e-3)
+}
+
+// outage applies rule 6 to the answer. It reports the verdict and true
+// when the answer is the outage's.
+func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bool) (rampupVerdict, bool) {
 	switch {
-	case r.settled:
-		need = rampupRoundSteady
-		if signal {
-			r.winCur++
+	case r.paused && refused:
+		return rampupLeft, true // backoff probes the outage
+	case r.paused:
+		r.paused, r.run = false, 0
+		if now.Sub(r.pausedAt) < rampupOutageConfirm {
+			// Back at the first probe: a limiter refused a run far
+			// above its limit. Search down from half the rate.
+			r.bad = r.rate
+			r.setGood(now, 0)
+			r.set(now, cfg, ans.globalCap, r.rate/2)
+		} else {
+			r.set(now, cfg, ans.globalCap, max(r.rate, r.good))
 		}
-		if signal && r.rOK > 0 && r.winCur > cfg.Rampup.MaxSignals+rampupEarlyWindow && !r.dead && now.Sub(r.released) >= rampupCycleMin {
-			r.endWindow(now, cfg, globalCap)
-			r.newWindow(now)
-			return rampupTook
+		// Measure afresh: the outage's time says nothing of the rate.
+		r.drain, r.accAt, r.accOK = false, now, 0
+		r.setGood(now, r.good)
+		return rampupLeft, true
+	case !refused:
+		r.run = 0
+		return rampupLeft, false
+	case ans.status == http.StatusTooManyRequests:
+		r.run = 0 // a rate limit: never an outage
+		return rampupLeft, false
+	}
+	if r.run == 0 {
+		r.runG, r.runB = r.good, r.bad // what the run may undo
+	}
+	r.run = min(r.run+1, outageRun)
+	if r.run < outageRun {
+		return rampupLeft, false
+	}
+	// An outage, not a rate: undo what its first failures did to G and
+	// B, and resume where it found the scope.
+	r.paused, r.pausedAt = true, now
+	r.good, r.bad, r.drain, r.costing = r.runG, r.runB, false, false
+	r.rate = max(r.rate, r.good)
+	return rampupOutage, true
+}
+
+// refusal is rule 3: a refusal event.
+func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
+	from := r.rate
+	next := r.good
+	switch {
+	case r.good == 0:
+		// The first answers refused: no rate proven yet.
+		r.bad, next = from, from/2
+		r.failed(now.Sub(r.changed))
+	case from > r.good:
+		// A climb or probe refused.
+		r.bad = from
+		r.failed(now.Sub(r.changed))
+	case r.raised && r.prevG > 0:
+		// The climb that raised G refused later than its proof: back to
+		// the rate before it; the server's memory is that long.
+		r.bad, next = r.good, r.prevG
+		r.setGood(now, r.prevG)
+		r.failed(now.Sub(r.rise))
+	default:
+		// The server refuses a rate it accepted: its limit is lower, at
+		// what it delivered while G was in effect (over a few seconds at
+		// least; a shorter span falls by half at most).
+		floor := from / 2
+		if now.Sub(r.gAt) >= rampupTrust {
+			floor = 0
 		}
-	case r.bad > 0:
-		need = rampupRoundSlow
+		r.bad = from
+		r.setGood(now, max(floor, min(from*(1-rampupEpsilon), r.delivered(now))))
+		next = r.good
 	}
-	if r.rOK+r.rSig >= need && r.rLast.Sub(r.rFirst) >= max(rampupRoundMin, r.memory) && (r.rOK > 0 || r.run429 || r.noOutage) {
-		// (A round of nothing but 5xx stays open: four in a row are an
-		// outage, not a rate to halve.)
-		r.endRound(now, cfg, globalCap)
+	r.raised = false
+	r.drain, r.drainAt, r.dGate = true, now, r.gatedSum
+	r.set(now, cfg, gc, next)
+	if r.settled() {
+		r.probeAt = later(r.probeAt, now.Add(r.probeInterval(cfg)))
 	}
-	if signal {
-		return rampupTook
+}
+
+// setGood sets G at now.
+func (r *rampup) setGood(now time.Time, g float64) {
+	r.good, r.gAt, r.gOK, r.gGate = g, now, 0, r.gatedSum
+}
+
+// failed notes a refused climb that the server took took to refuse.
+func (r *rampup) failed(took time.Duration) {
+	r.memory = max(r.memory, min(took, rampupMaxMemory))
+	r.fails = min(r.fails+1, rampupMaxFails)
+	r.step = rampupEpsilon
+	r.cost, r.costing = 1, true
+}
+
+// drainRound is rule 4: a refusal in a drain ends a round of nothing but
+// refusals once it holds two, which halves the rate.
+func (r *rampup) drainRound(now time.Time, cfg *ScopeConfig, gc int) {
+	if r.rSig < rampupRound || r.rOK > 0 {
+		return
 	}
-	return rampupLeft
+	knock := rampupKnocks / max(now.Sub(r.drainAt).Seconds(), 1e-3)
+	r.set(now, cfg, gc, max(r.rate/2, min(r.rate, knock)))
+}
+
+// endDrain is the first success after a refusal event: the drain is
+// over (rule 4) and the rate goes back to G.
+func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
+	r.drain = false
+	if r.costing {
+		r.costing = false
+		if r.settled() {
+			r.probeAt = now.Add(r.probeInterval(cfg))
+		}
+	}
+	// The time the drain refused everything, past the server's gates
+	// (which it asked for, and which a rate deserves as much as a
+	// quota).
+	accept, dead := r.drainAt.Sub(r.accAt), now.Sub(r.drainAt)-(r.gatedSum-r.dGate)
+	n := r.accOK - 1 // this success opens the next cycle
+	r.accAt, r.accOK = now, 1
+	if dead > accept && dead >= rampupCycleMin && n > 0 {
+		// Rule 5: the server refused everything for longer than it
+		// accepted before: a quota spent, a counter full. What it
+		// allowed over the cycle is the most it allows.
+		if allowed := float64(n) / (accept + dead).Seconds(); allowed < r.good {
+			r.bad = allowed * (1 + rampupEpsilon)
+			r.setGood(now, allowed*(1-rampupEpsilon))
+			r.probeAt = now.Add(r.probeInterval(cfg))
+			r.set(now, cfg, gc, r.good)
+			return
+		}
+	}
+	if r.good > 0 {
+		r.set(now, cfg, gc, max(r.rate, r.good))
+	}
+}
+
+// endRound judges the round (rule 1) once it is complete.
+func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
+	need := rampupRound
+	if r.bad > 0 {
+		need = rampupRoundNearB
+	}
+	if r.rSig > 0 || r.rOK < need || r.rLast.Sub(r.rFirst) < max(rampupRoundMin, r.wait) {
+		return
+	}
+	if !r.tookEffect() || r.rate < r.good || r.rate == r.good && r.settled() {
+		r.set(now, cfg, gc, r.rate) // nothing to prove, or to wait for the probe: a new round
+		return
+	}
+	if r.rate > r.good {
+		if now.Sub(r.changed) < r.proofTime() {
+			return // a climb is held for the proof time
+		}
+		if r.bad == 0 {
+			r.fails = 0 // a new high, past any ceiling: the limit rose
+		}
+		r.prevG = r.good
+		r.setGood(now, r.rate)
+		r.rise, r.raised = r.changed, true
+	}
+	switch {
+	case r.settled():
+		r.probeAt = now.Add(r.probeInterval(cfg) / 2)
+		r.set(now, cfg, gc, r.good)
+		return
+	case r.bad > 0 && r.bad <= r.good:
+		r.bad = 0 // past the old ceiling: climb convex
+		r.step = max(r.step, rampupEpsilon)
+	}
+	if r.bad == 0 && r.step > 0 {
+		r.step = min(2*r.step, rampupMaxStep)
+	}
+	r.set(now, cfg, gc, r.climbTo())
+}
+
+// settled reports whether B is within 2 % above G: the search is over,
+// and G waits for the probe time (rule 2).
+func (r *rampup) settled() bool {
+	return r.bad > r.good && r.good > 0 && r.bad <= r.good*(1+rampupEpsilon)*(1+1e-9) // (rounding: B may be G x 1.02)
+}
+
+// climbTo is the rate of the next climb from G (rule 1): halfway to B on
+// a log scale while B is above, at least 2 % up; else G raised by the
+// step, doubled in slow start.
+func (r *rampup) climbTo() float64 {
+	if r.bad > r.good {
+		return max(math.Sqrt(r.good*r.bad), r.good*(1+rampupEpsilon))
+	}
+	step := r.step
+	if step == 0 {
+		step = rampupMaxStep // slow start: doubling
+	}
+	return r.good * (1 + step)
+}
+
+// proofTime is how long a climb must hold: the longest the server took
+// to refuse a rise, its last wait, a round at least.
+func (r *rampup) proofTime() time.Duration {
+	return max(rampupRoundMin, r.memory, r.wait)
+}
+
+// probeInterval is the time from a failed probe to the next (rule 2):
+// the proof time doubled per failed climb in a row, times the refusals
+// the last one cost over MaxSignals, at most rampupMaxProbeWindows
+// Windows.
+func (r *rampup) probeInterval(cfg *ScopeConfig) time.Duration {
+	d := max(r.proofTime(), time.Second).Seconds() * math.Exp2(float64(max(r.fails-1, 0)))
+	d *= max(1, float64(r.cost)/float64(max(cfg.Rampup.MaxSignals, 1)))
+	return time.Duration(min(d, rampupMaxProbeWindows*cfg.Window.Seconds()) * float64(time.Second))
+}
+
+// tookEffect reports whether the round's requests started at least
+// rampupEffect as fast as the rate: the rate, not something else, paced
+// them.
+func (r *rampup) tookEffect() bool {
+	n := r.rOK + r.rSig
+	if n < 2 {
+		return false
+	}
+	span := r.rLast.Sub(r.rFirst).Seconds()
+	return span <= 0 || float64(n-1)/span >= rampupEffect*r.rate
+}
+
+// rampupJitter is the jitter of a scope under rampup: it never shortens
+// a gap, and lengthens it by at most 2 % (less if j is narrower; none if
+// j is off). Rampup paces at the server's limit, where a rate limiter
+// refuses a request that comes early: nginx's limit_req with no burst
+// refuses any gap shorter than 1/rate.
+func rampupJitter(j Jitter) Jitter {
+	return Jitter{Max: min(j.Max-j.Min, rampupJitterMax)}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -275,14 +275,14 @@ func (s *defaultScope) robotsCounts() {
 
 // tick rolls the windows of the learned parts forward to now.
 func (s *defaultScope) tick(now time.Time) {
-	if s.backoff.quiet(now, &s.cfg) && s.rampup.quiet(now, &s.cfg) {
-		// Nearly every call, twice per request: inside both windows,
-		// where the ticks would do nothing, without calling them (and
-		// baseDelay for backoff's).
+	if s.backoff.quiet(now, &s.cfg) {
+		// Nearly every call, twice per request: inside the window,
+		// where the tick would do nothing, without calling it (and
+		// baseDelay).
 		return
 	}
 	own, _ := s.ownDelay()
-	if s.backoff.tick(now, &s.cfg, s.baseDelay(), own) || s.rampup.tick(now, &s.cfg, s.globalCap) {
+	if s.backoff.tick(now, &s.cfg, s.baseDelay(), own) {
 		s.refresh()
 	}
 }
@@ -495,6 +495,14 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 		s.refresh()
 	}
 	nd, why := s.delay()
+	if why != ReasonBackoff && s.backoffJitter && s.adm.Started {
+		// Backoff ended: the wait after the previous start follows the
+		// scope's own delay again, with a factor of the scope's jitter
+		// (under rampup, one that never shortens the gap), not the one
+		// Backoff.Jitter gave it.
+		s.jitter, s.backoffJitter = s.drawJitter(), false
+		s.lim.Gap = s.gap(nd)
+	}
 	if why == ReasonBackoff && !s.backoffJitter && s.adm.Started {
 		// The wait after the previous start now follows the backoff
 		// delay: draw its factor from Backoff.Jitter, as every start in
@@ -505,10 +513,14 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 		s.lim.Gap = s.gap(nd)
 	}
 	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("throttle: delay adjusted", "scope", s.key, "in_flight", s.adm.InFlight,
+		args := []any{"scope", s.key, "in_flight", s.adm.InFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
-			"signal", a.signal)
+			"signal", a.signal, "why", why.String()}
+		if r := s.rampup; r != nil {
+			args = append(args, "rate", r.rate, "good", r.good, "bad", r.bad, "settled", r.settled(), "drain", r.drain, "fails", r.fails, "probe_in", r.probeAt.Sub(now).Seconds(), "mem", r.memory.Seconds())
+		}
+		s.log.Debug("throttle: delay adjusted", args...)
 	}
 	return gate, gated
 }

@@ -28,6 +28,7 @@ type spentQuota struct {
 	kind  quotaKind
 	probe time.Time // pending test: the spent answer's time; zero: none
 	reset time.Time // and the reset it named
+	gated time.Time // a fixed quota's last gate: the reset it waited for
 }
 
 // quotaKind is what spentQuota learned of a scope's quota.
@@ -47,14 +48,34 @@ func (q *spentQuota) spent(now, started, reset time.Time, status int) bool {
 	if q.kind == quotaUnknown && q.pending(started) {
 		q.learn(status)
 	}
+	q.afterGate(started, status, true)
 	switch q.kind {
 	case quotaFixed:
+		q.gated = reset
 		return true
 	case quotaSliding:
 		return false
 	}
 	q.probe, q.reset = now, reset
 	return false
+}
+
+// afterGate tests a fixed quota again with the first answer to a request
+// started after the reset its last gate waited for: a window of a fixed
+// quota is full again then, so its first success has quota to spare. A
+// refusal, or a success that says the quota is spent again (spentAgain),
+// says the quota slides after all: a sliding counter, as
+// go-chi/httprate's, still counts most of the last window at its reset,
+// and its refusal of the request after a spent answer looked like a
+// fixed quota's.
+func (q *spentQuota) afterGate(started time.Time, status int, spentAgain bool) {
+	if q.kind != quotaFixed || q.gated.IsZero() || started.Before(q.gated) || status == 0 {
+		return
+	}
+	q.gated = time.Time{}
+	if spentAgain || status < 200 || status >= 300 {
+		q.kind = quotaSliding
+	}
 }
 
 // learn ends the pending test with the status of the request that made
@@ -76,6 +97,7 @@ func (q *spentQuota) other(started time.Time, status int) {
 	if status != 0 && q.kind == quotaUnknown && q.pending(started) {
 		q.learn(status)
 	}
+	q.afterGate(started, status, false)
 }
 
 // pending reports whether a request started at started tests a pending

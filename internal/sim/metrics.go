@@ -48,7 +48,7 @@ type Metrics struct {
 	// seed it equals OKPerCapacity.
 	OKPerCapacityMean *float64 `json:"ok_per_capacity_mean"`
 	// SignalsPerMin is the backoff signals (429, 5xx overload statuses)
-	// per minute in the window.
+	// per minute in the window (from Scenario.SignalsFrom when set).
 	SignalsPerMin float64 `json:"signals_per_min"`
 	// MeanInFlight is the mean number of requests in flight at the server
 	// (queued or served) in the window.
@@ -93,8 +93,9 @@ type Metrics struct {
 
 // Series are a run's figures per BucketWidth bucket, for the plots.
 type Series struct {
-	// Rate is the requests sent per second.
-	Rate []float64
+	// Rate is the requests sent per second; OK and Refused those of them
+	// answered 2xx and with a backoff signal.
+	Rate, OK, Refused []float64
 	// Gap is the mean time between consecutive starts at the busiest host
 	// (the one with the most requests), in seconds: the effective delay;
 	// NaN where no gap ended in the bucket.
@@ -178,9 +179,16 @@ func measure(sc *Scenario, p PolicySpec, rec *recorder, end time.Time) Result {
 	}
 	m := Metrics{Scenario: sc.Name, Policy: p.Name, Requests: len(reqs), MeasureFrom: from.Seconds(), MeasureTo: to.Seconds()}
 	win := (to - from).Seconds()
+	sigFrom := from
+	if sc.SignalsFrom > 0 {
+		sigFrom = sc.SignalsFrom
+	}
 	var sent, ok, sig int
 	var area float64
 	for _, q := range reqs {
+		if isSignal(q.status) && q.start >= sigFrom && q.start < to {
+			sig++
+		}
 		e := q.end
 		if e < 0 {
 			e = runLen
@@ -195,12 +203,9 @@ func measure(sc *Scenario, p PolicySpec, rec *recorder, end time.Time) Result {
 		if isOK(q.status) {
 			ok++
 		}
-		if isSignal(q.status) {
-			sig++
-		}
 	}
 	m.SentRate, m.OKRate = float64(sent)/win, float64(ok)/win
-	m.SignalsPerMin = float64(sig) / (win / 60)
+	m.SignalsPerMin = float64(sig) / ((to - sigFrom).Seconds() / 60)
 	m.MeanInFlight = area / win
 	if sc.Capacity > 0 {
 		m.Capacity = ptr(sc.Capacity)
@@ -326,7 +331,7 @@ func stormMetrics(m *Metrics, reqs []req, sFrom, sTo, runLen time.Duration) {
 
 func series(reqs []req, hosts int, runLen time.Duration) Series {
 	n := int((runLen + BucketWidth - 1) / BucketWidth)
-	s := Series{Rate: make([]float64, n), Gap: make([]float64, n), InFlight: make([]float64, n)}
+	s := Series{Rate: make([]float64, n), OK: make([]float64, n), Refused: make([]float64, n), Gap: make([]float64, n), InFlight: make([]float64, n)}
 	gapN := make([]int, n)
 	perHost := make([]int, hosts)
 	for _, q := range reqs {
@@ -343,6 +348,12 @@ func series(reqs []req, hosts int, runLen time.Duration) Series {
 	for _, q := range reqs {
 		b := int(q.start / BucketWidth)
 		s.Rate[b] += 1 / bw
+		if isOK(q.status) {
+			s.OK[b] += 1 / bw
+		}
+		if isSignal(q.status) {
+			s.Refused[b] += 1 / bw
+		}
 		if q.host == busiest {
 			if last >= 0 {
 				s.Gap[b] += (q.start - last).Seconds()

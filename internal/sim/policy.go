@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"github.com/crawlerkit/throttle/throttletest"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -42,6 +44,11 @@ type Env struct {
 	// Store is the store the run's instances share, when the policy has
 	// NewStore; nil otherwise.
 	Store store.Store
+	// Robots, for a policy with Robots set, fetches a host's robots.txt
+	// from the server at the current time: the fetch reaches the server
+	// (and its limiter) as any request does, and is answered 404 when the
+	// limiter accepts it (no robots.txt), its refusal otherwise.
+	Robots func(host string) Response
 }
 
 // A PolicySpec names a policy and makes its instances.
@@ -66,31 +73,79 @@ type PolicySpec struct {
 	// instead of taking the next URL in frontier order and waiting for
 	// it. Only throttle policies (ThrottlePolicy) have one.
 	Ready bool
+	// Robots turns a throttle policy's robots.txt handling on: the
+	// manager fetches a host's robots.txt (Env.Robots) when the policy
+	// first meets the host, before its first request, as Acquire does.
+	Robots bool
 }
 
 // ThrottlePolicy returns a policy that admits requests with a
 // throttle.ThrottlingManager made from cfg: TryAcquire to start, Release
 // with the response at delivery. Clock, JitterSeed and Logger are set per
-// instance; robots.txt handling is turned off (model servers have none).
+// instance; robots.txt handling is turned off unless the spec's Robots is
+// set (then robots.txt is fetched from Env.Robots, see PolicySpec.Robots).
 func ThrottlePolicy(name, about string, cfg throttle.Config) PolicySpec {
-	return PolicySpec{Name: name, About: about, New: func(env Env) Policy {
+	spec := PolicySpec{Name: name, About: about}
+	spec.New = func(env Env) Policy {
 		c := cfg
 		c.Clock = env.Clock
 		c.Store = env.Store
 		c.JitterSeed = env.Seed
-		c.Robots.Enabled = false
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if os.Getenv("THROTTLE_SIM_DEBUG") == "1" {
+			// The policy's adjustments, stamped with the virtual time.
+			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug,
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Float64("t", env.Clock.Now().Sub(Epoch).Seconds())
+					}
+					return a
+				}}))
+		}
+		p := &throttlePolicy{reqs: make(map[string]*http.Request)}
+		c.Robots.Enabled = env.Robots != nil
+		if c.Robots.Enabled {
+			p.robots = env.Robots
+			// The fetch goes through the manager's Transport over a
+			// RoundTripper that asks the server model at once: admitted,
+			// answered and released at the same virtual instant.
+			c.Robots.Client = &http.Client{Transport: robotsTransport{p}}
+		}
 		m, err := throttle.New(c)
 		if err != nil {
 			panic(fmt.Sprintf("sim: policy %s: %v", name, err))
 		}
-		return &throttlePolicy{m: m, reqs: make(map[string]*http.Request)}
-	}}
+		p.m, p.tr = m, m.Transport(serverTransport{p})
+		return p
+	}
+	return spec
 }
 
 type throttlePolicy struct {
-	m    *throttle.ThrottlingManager
-	reqs map[string]*http.Request // one request per host, reused: TryAcquire only reads it
+	m      *throttle.ThrottlingManager
+	tr     http.RoundTripper          // the manager's Transport over the server model, for robots.txt
+	robots func(host string) Response // Env.Robots; nil when robots.txt is off
+	reqs   map[string]*http.Request   // one request per host, reused: TryAcquire only reads it
+	seen   map[string]bool            // hosts whose robots.txt was fetched
+}
+
+// robotsTransport is the robots.txt client's RoundTripper: the manager's
+// Transport, made after the Config that names this client.
+type robotsTransport struct{ p *throttlePolicy }
+
+func (t robotsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.p.tr.RoundTrip(req)
+}
+
+// serverTransport answers a robots.txt fetch from the server model.
+type serverTransport struct{ p *throttlePolicy }
+
+func (t serverTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := t.p.robots(req.URL.Host)
+	if r.Status >= 200 && r.Status < 300 {
+		r.Status = http.StatusNotFound
+	}
+	return response(r), nil
 }
 
 // request returns the request for host, made once: TryAcquire and
@@ -120,7 +175,17 @@ type queuePolicy interface {
 }
 
 func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
-	pm, adm, err := p.m.TryAcquire(p.request(host))
+	req := p.request(host)
+	if p.robots != nil && !p.seen[host] {
+		if p.seen == nil {
+			p.seen = make(map[string]bool)
+		}
+		p.seen[host] = true
+		if _, err := p.m.RobotsFor(context.Background(), req); err != nil {
+			panic(fmt.Sprintf("sim: RobotsFor %s: %v", host, err))
+		}
+	}
+	pm, adm, err := p.m.TryAcquire(req)
 	if err != nil {
 		panic(fmt.Sprintf("sim: TryAcquire %s: %v", host, err))
 	}
@@ -131,7 +196,12 @@ func (p *throttlePolicy) Try(_ time.Time, host string) (any, time.Time, bool) {
 }
 
 func (p *throttlePolicy) Done(_ time.Time, tk any, r Response) {
-	h := r.Header
+	tk.(*throttle.Permit).Release(response(r), nil)
+}
+
+// response is r as an *http.Response with an empty body.
+func response(r Response) *http.Response {
+	h := r.Header.Clone()
 	if h == nil {
 		h = http.Header{}
 	}
@@ -139,7 +209,7 @@ func (p *throttlePolicy) Done(_ time.Time, tk any, r Response) {
 	if r.RetryAfter > 0 {
 		resp.Header.Set("Retry-After", strconv.Itoa(int(r.RetryAfter/time.Second)))
 	}
-	tk.(*throttle.Permit).Release(resp, nil)
+	return resp
 }
 
 // CollyPolicy models colly's LimitRule for each host: at most Parallelism

@@ -44,6 +44,9 @@ func Run(sc Scenario, p PolicySpec, seed uint64) Result {
 			in = r.insts[0]
 		} else {
 			env := Env{Clock: r.loop.Clock(), Seed: deriveSeed(seed, sc.Name, p.Name, "policy", strconv.Itoa(i)), Limit: sc.Limit, Store: st}
+			if p.Robots {
+				env.Robots = r.robots
+			}
 			in = &instance{pol: p.New(env), queues: make(map[string]*hostQueue), knownGate: make(map[string]time.Time)}
 			r.insts = append(r.insts, in)
 		}
@@ -224,6 +227,16 @@ func (r *runner) start(w *worker, host string, tk any) {
 	}
 	id := r.rec.add(host, now, resp.Status, raw, known)
 	r.loop.At(now.Add(resp.Latency), func() { r.done(w, host, tk, resp, id, gate) })
+}
+
+// robots answers a robots.txt fetch for host at now from the server: it
+// reaches the server as any request does, answered at once.
+func (r *runner) robots(host string) Response {
+	now := r.loop.Now()
+	resp := r.srv.Handle(now, host)
+	id := r.rec.add(host, now, resp.Status, false, false)
+	r.rec.end(id, now)
+	return resp
 }
 
 // done delivers a response: the policy learns from it, waiters on the

@@ -38,6 +38,9 @@ type Scenario struct {
 	// MeasureFrom and MeasureTo bound the measurement window from the
 	// start; MeasureTo 0 means the end of the run.
 	MeasureFrom, MeasureTo time.Duration
+	// SignalsFrom, when not zero, starts the window of SignalsPerMin
+	// there instead of at MeasureFrom (it ends at MeasureTo too).
+	SignalsFrom time.Duration
 	// StormFrom and StormTo bound the error storm from the start, if any.
 	StormFrom, StormTo time.Duration
 	// RetryAfter says the server sends Retry-After, so the gate figures

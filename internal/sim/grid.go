@@ -1,0 +1,405 @@
+package sim
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/crawlerkit/throttle"
+)
+
+// The grid judges the throttle's pace on many limiter shapes at once,
+// drawn from the whole space of limiters a crawler meets rather than
+// listed by hand: every model, limits from 0.1 to 50 req/s, bursts 0-10,
+// Retry-After none or 1-5 s, counting periods and windows of 1-60 s,
+// latencies from 1 ms to 1 s and 2 s, robots.txt on and off. Each shape
+// is one run of 24 virtual minutes per seed: a cold start, the steady
+// state, a 6-minute outage of 503s and the recovery after it, crawled
+// with the README's recipe for an API whose limit you don't know
+// (DefaultConfig with Rampup on).
+
+// Model is a limiter model of the grid.
+type Model uint8
+
+// The grid's limiter models.
+const (
+	// ModelBucket is a token bucket with its own burst (BurstServer).
+	ModelBucket Model = iota
+	// ModelNginx is nginx's limit_req with nodelay.
+	ModelNginx
+	// ModelHAProxy is HAProxy's http_req_rate(Period) counting refused
+	// requests too.
+	ModelHAProxy
+	// ModelGCRA is a generic cell rate limiter (go-redis/redis_rate).
+	ModelGCRA
+	// ModelFixed is a quota per window aligned to the window.
+	ModelFixed
+	// ModelSliding is a quota in any trailing window.
+	ModelSliding
+	// ModelHTTPRate is go-chi/httprate's sliding counter with its
+	// X-RateLimit-* headers.
+	ModelHTTPRate
+	numModels
+)
+
+var modelNames = [...]string{"bucket", "nginx", "haproxy", "gcra", "fixed", "sliding", "httprate"}
+
+func (m Model) String() string {
+	if int(m) < len(modelNames) {
+		return modelNames[m]
+	}
+	return fmt.Sprintf("model%d", m)
+}
+
+// Shape is one point of the grid: a limiter and how the crawl meets it.
+type Shape struct {
+	Model Model
+	// Limit is the sustained limit in req/s.
+	Limit float64
+	// Burst is what a token bucket, nginx or GCRA accepts at once beyond
+	// the rate.
+	Burst int
+	// Period is HAProxy's counting period, or a quota's window.
+	Period time.Duration
+	// RetryAfter, when not zero, makes refusals carry a Retry-After:
+	// this constant for nginx and HAProxy (added by the configuration),
+	// the model's own wait for the others.
+	RetryAfter time.Duration
+	// Status is the refusals' status (429 or 503).
+	Status int
+	// Latency is every answer's service time.
+	Latency time.Duration
+	// Robots turns the throttle's robots.txt handling on; the server
+	// answers robots.txt 404 when its limiter accepts the fetch.
+	Robots bool
+}
+
+// The grid's timeline, from the first request: minutes 0-15 crawl the
+// limiter (the cold start in the first one or two, the steady state
+// measured over 5-15), minutes 15-21 are an outage in which every
+// request is answered 503 (the limiter sees none of them), and minutes
+// 21-24 the recovery.
+const (
+	gridSteadyFrom = 5 * time.Minute
+	gridOutageFrom = 15 * time.Minute
+	gridOutageTo   = 21 * time.Minute
+	gridDuration   = 24 * time.Minute
+	gridSignalFrom = time.Minute
+)
+
+// Name is the shape's name: model, limit, burst, period, Retry-After,
+// status, latency and robots.txt, e.g.
+// "nginx-2.5rps-b3-ra2s-503-lat40ms-robots".
+func (s Shape) Name() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s-%srps", s.Model, trimFloat(s.Limit))
+	switch s.Model {
+	case ModelBucket, ModelNginx, ModelGCRA:
+		fmt.Fprintf(&b, "-b%d", s.Burst)
+	case ModelHAProxy, ModelFixed, ModelSliding, ModelHTTPRate:
+		fmt.Fprintf(&b, "-p%v", s.Period)
+	}
+	if s.RetryAfter > 0 {
+		fmt.Fprintf(&b, "-ra%v", s.RetryAfter)
+	}
+	if s.Status != 0 && s.Status != 429 {
+		fmt.Fprintf(&b, "-%d", s.Status)
+	}
+	fmt.Fprintf(&b, "-lat%v", s.Latency)
+	if s.Robots {
+		b.WriteString("-robots")
+	}
+	return b.String()
+}
+
+func trimFloat(f float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", f), "0"), ".")
+}
+
+// quota is the shape's requests per Period, for the models that count.
+func (s Shape) quota() int {
+	if s.Model == ModelHTTPRate {
+		return max(1, int(math.Ceil(s.Limit*s.Period.Seconds()-1e-9))) // its Limit is Quota - 0.5 a window
+	}
+	return max(1, int(math.Round(s.Limit*s.Period.Seconds())))
+}
+
+// NewServer returns a fresh server for the shape's limiter (without the
+// outage).
+func (s Shape) NewServer() Server {
+	ra := s.RetryAfter > 0
+	switch s.Model {
+	case ModelNginx:
+		return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+	case ModelHAProxy:
+		return &SlidingWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency, CountRefused: true}
+	case ModelGCRA:
+		return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+	case ModelFixed:
+		return &FixedWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+	case ModelSliding:
+		return &SlidingWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+	case ModelHTTPRate:
+		return &CounterServer{Quota: s.quota(), Window: s.Period, Latency: s.Latency}
+	}
+	return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+}
+
+// outageServer answers every request 503 in [from, to) without asking
+// its limiter, and asks the limiter otherwise.
+type outageServer struct {
+	Server
+	from, to time.Time
+	latency  time.Duration
+}
+
+func (s *outageServer) Handle(now time.Time, host string) Response {
+	if !now.Before(s.from) && now.Before(s.to) {
+		return Response{Status: 503, Latency: s.latency}
+	}
+	return s.Server.Handle(now, host)
+}
+
+// GridConfig is the throttle configuration the grid judges: the README's
+// recipe for an API whose limit you don't know, DefaultConfig with
+// Rampup on (ColdRampupConfig), with GlobalConcurrency and
+// Rampup.MaxConcurrency raised where 16 slots cannot carry the limit at
+// the shape's latency.
+func (s Shape) GridConfig() throttle.Config {
+	cfg := ColdRampupConfig()
+	if need := s.Limit * s.Latency.Seconds(); need > float64(cfg.GlobalConcurrency) {
+		n := s.workers()
+		cfg.GlobalConcurrency = n
+		cfg.Default.Rampup.MaxConcurrency = n
+	}
+	return cfg
+}
+
+// workers is twice what the limit needs in flight, at least 16.
+func (s Shape) workers() int {
+	return max(16, int(math.Ceil(2*s.Limit*s.Latency.Seconds())))
+}
+
+// Scenario returns the shape's scenario: one API host, the limiter with
+// the outage, the grid's policy.
+func (s Shape) Scenario() Scenario {
+	cfg := s.GridConfig()
+	pol := ThrottlePolicy("throttle", "DefaultConfig with Rampup on", cfg)
+	pol.Robots = s.Robots
+	return Scenario{
+		Name:     s.Name(),
+		About:    fmt.Sprintf("grid shape %s", s.Name()),
+		Duration: gridDuration, Clients: 1, Workers: s.workers(),
+		Frontier: oneHost(apiHost),
+		NewServer: func(start time.Time, _ *rand.Rand) Server {
+			return &outageServer{Server: s.NewServer(), from: start.Add(gridOutageFrom), to: start.Add(gridOutageTo), latency: s.Latency}
+		},
+		Limit: s.Limit, Capacity: s.Limit,
+		MeasureFrom: gridSteadyFrom, MeasureTo: gridOutageFrom, SignalsFrom: gridSignalFrom,
+		StormFrom: gridOutageFrom, StormTo: gridOutageTo,
+		RetryAfter: s.RetryAfter > 0,
+		Policies:   []PolicySpec{pol},
+	}
+}
+
+// GridShapes draws n shapes from the space of limiters with seed, by
+// Latin hypercube: the models in turn, and each parameter's range cut
+// into n strata, each stratum used once, so that a few hundred shapes
+// cover every range evenly. The same seed gives the same shapes.
+func GridShapes(seed uint64, n int) []Shape {
+	rng := rand.New(rand.NewPCG(seed, 0x67726964))
+	strata := func() []float64 { // n points of [0, 1), one per stratum, shuffled
+		p := rng.Perm(n)
+		u := make([]float64, n)
+		for i := range u {
+			u[i] = (float64(p[i]) + rng.Float64()) / float64(n)
+		}
+		return u
+	}
+	limit, lat, burst, period, ra, status, robots := strata(), strata(), strata(), strata(), strata(), strata(), strata()
+	models := rng.Perm(n)
+	shapes := make([]Shape, n)
+	for i := range shapes {
+		s := Shape{Model: Model(models[i] % int(numModels)), Status: 429}
+		s.Limit = logScale(0.1, 50, limit[i])
+		if lat[i] < 1.0/8 {
+			s.Latency = 2 * time.Second
+		} else {
+			s.Latency = time.Duration(logScale(1e-3, 1, (lat[i]-1.0/8)*8/7) * float64(time.Second)).Round(time.Millisecond)
+		}
+		switch s.Model {
+		case ModelBucket, ModelNginx, ModelGCRA:
+			s.Burst = min(10, int(burst[i]*11))
+		case ModelHAProxy:
+			s.Period = time.Duration(1+int(period[i]*10)) * time.Second
+		case ModelFixed, ModelSliding:
+			s.Period = time.Duration(logScale(1, 60, period[i]) * float64(time.Second)).Round(time.Second)
+		case ModelHTTPRate:
+			s.Period = time.Duration(1+int(period[i]*10)) * time.Second
+		}
+		if s.Period > 0 {
+			// Whole requests per period: the limit is what the quota gives.
+			s.Limit = float64(s.quota()) / s.Period.Seconds()
+		}
+		if s.Model == ModelHTTPRate {
+			// httprate refuses once its weighted count rounds to the
+			// quota: at a steady rate it admits Quota - 0.5 a window.
+			s.Limit = (float64(s.quota()) - 0.5) / s.Period.Seconds()
+		}
+		if s.Model != ModelHTTPRate && ra[i] >= 0.5 {
+			s.RetryAfter = time.Duration(1+int((ra[i]-0.5)*10)) * time.Second
+		}
+		if s.Model == ModelNginx && status[i] < 0.5 {
+			s.Status = 503
+		}
+		s.Robots = robots[i] < 0.5
+		shapes[i] = s
+	}
+	return shapes
+}
+
+// logScale maps u in [0, 1) to [lo, hi) evenly on a log scale.
+func logScale(lo, hi, u float64) float64 { return lo * math.Pow(hi/lo, u) }
+
+// GridTargets are what every shape must reach on its worst seed.
+type GridTargets struct {
+	// Cold90 is the most seconds from the first request to 90 % of the
+	// limit over a trailing minute.
+	Cold90 float64
+	// Share is the least 2xx rate over minutes 5-15, over the limit.
+	Share float64
+	// Signals is the most refusals a minute after the first minute.
+	Signals float64
+	// OutageKnown is the most requests sent in the outage after its
+	// first answer came back; Recover the most seconds from its end to a
+	// minute at 90 % of the rate before it.
+	OutageKnown int
+	Recover     float64
+}
+
+// Targets returns the targets of the shape: 90 % of the limit within
+// 60 s (90 s at a latency of 2 s), >= 0.95 of it over minutes 5-15, <= 2
+// refusals a minute, <= 10 requests into the outage and back within
+// 120 s.
+func (s Shape) Targets() GridTargets {
+	t := GridTargets{Cold90: 60, Share: 0.95, Signals: 2, OutageKnown: 10, Recover: 120}
+	if s.Latency >= 2*time.Second {
+		t.Cold90 = 90
+	}
+	return t
+}
+
+// GridRow is one shape's figures, each the worst of its seeds.
+type GridRow struct {
+	Shape   Shape
+	Metrics Metrics
+	Targets GridTargets
+	// Badness is the worst of the figures over their targets: 1 or less
+	// meets every target.
+	Badness float64
+	// Misses names the targets missed.
+	Misses []string
+}
+
+// RunGrid runs every shape on seeds seed..seed+n-1 and returns a row per
+// shape, the worst first.
+func RunGrid(shapes []Shape, seed uint64, n, parallel int) []GridRow {
+	scs := make([]Scenario, len(shapes))
+	for i, s := range shapes {
+		scs[i] = s.Scenario()
+	}
+	res := RunSeeds(scs, seed, n, parallel)
+	rows := make([]GridRow, len(shapes))
+	for i, s := range shapes {
+		rows[i] = gridRow(s, res[i].Results[0].Metrics)
+	}
+	slices.SortStableFunc(rows, func(a, b GridRow) int { return cmp.Compare(b.Badness, a.Badness) })
+	return rows
+}
+
+func gridRow(s Shape, m Metrics) GridRow {
+	t := s.Targets()
+	r := GridRow{Shape: s, Metrics: m, Targets: t}
+	check := func(name string, ratio float64) {
+		if math.IsNaN(ratio) {
+			ratio = math.Inf(1)
+		}
+		r.Badness = max(r.Badness, ratio)
+		if ratio > 1+1e-9 {
+			r.Misses = append(r.Misses, name)
+		}
+	}
+	cold := math.Inf(1)
+	if m.ColdStart90 != nil && *m.ColdStart90 >= 0 {
+		cold = *m.ColdStart90
+	}
+	check("cold", cold/t.Cold90)
+	share := 0.0
+	if m.OKPerCapacity != nil {
+		share = *m.OKPerCapacity
+	}
+	check("share", t.Share/max(share, 1e-9))
+	check("signals", m.SignalsPerMin/t.Signals)
+	if m.StormKnown != nil {
+		check("outage", float64(*m.StormKnown)/float64(t.OutageKnown))
+	}
+	rec := math.Inf(1)
+	if m.RecoverSeconds != nil && *m.RecoverSeconds >= 0 {
+		rec = *m.RecoverSeconds
+	}
+	check("recover", rec/t.Recover)
+	return r
+}
+
+// WriteGrid prints the rows as a table, worst first, and a summary line.
+func WriteGrid(w io.Writer, rows []GridRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\tmisses\t")
+	failed := 0
+	for _, r := range rows {
+		m := r.Metrics
+		miss := strings.Join(r.Misses, ",")
+		if miss == "" {
+			miss = "-"
+		} else {
+			failed++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t\n", r.Shape.Name(), secs(m.ColdStart90), pct(m.OKPerCapacity),
+			m.SignalsPerMin, fmtIntPtr(m.StormKnown), secs(m.RecoverSeconds), miss)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d shapes, %d miss a target\n", len(rows), failed)
+	return err
+}
+
+func secs(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	if *v < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.0f", *v)
+}
+
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
+}
+
+func fmtIntPtr(v *int) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprint(*v)
+}

@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestGridTargets runs the grid (GridShapes) on 4 seeds and checks every
+// shape's worst seed against its targets. It is a long sweep: it runs
+// with THROTTLE_SWEEP=1 (CI sets it), outside the default test command.
+func TestGridTargets(t *testing.T) {
+	if os.Getenv("THROTTLE_SWEEP") != "1" {
+		t.Skip("the grid is a long sweep: THROTTLE_SWEEP=1 runs it")
+	}
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("THROTTLE_GRID_SHAPES")); err == nil && v > 0 {
+		n = v
+	}
+	gseed := uint64(1)
+	if v, err := strconv.ParseUint(os.Getenv("THROTTLE_GRID_SEED"), 10, 64); err == nil {
+		gseed = v
+	}
+	rows := RunGrid(GridShapes(gseed, n), testSeed, 4, 0)
+	if err := WriteGrid(os.Stdout, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if len(r.Misses) > 0 {
+			t.Errorf("%s misses %v", r.Shape.Name(), r.Misses)
+		}
+	}
+}
+
+// TestGridShape runs the shape THROTTLE_GRID_SHAPE names (of the grid
+// THROTTLE_GRID_SEED and THROTTLE_GRID_SHAPES draw) on one seed,
+// THROTTLE_SEED (default testSeed), and prints its figures and series:
+// with THROTTLE_SIM_DEBUG=1, every adjustment of the pace too.
+func TestGridShape(t *testing.T) {
+	name := os.Getenv("THROTTLE_GRID_SHAPE")
+	if name == "" {
+		t.Skip("THROTTLE_GRID_SHAPE names the shape to run")
+	}
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("THROTTLE_GRID_SHAPES")); err == nil && v > 0 {
+		n = v
+	}
+	gseed := uint64(1)
+	if v, err := strconv.ParseUint(os.Getenv("THROTTLE_GRID_SEED"), 10, 64); err == nil {
+		gseed = v
+	}
+	seed := uint64(testSeed)
+	if v, err := strconv.ParseUint(os.Getenv("THROTTLE_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	for _, s := range GridShapes(gseed, n) {
+		if s.Name() != name {
+			continue
+		}
+		sc := s.Scenario()
+		res := Run(sc, sc.Policies[0], seed)
+		if err := WriteGrid(os.Stdout, []GridRow{gridRow(s, res.Metrics)}); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("limit %g req/s; per 10 s: sent/s, 2xx/s, refused/s\n", s.Limit)
+		for i, r := range res.Series.Rate {
+			fmt.Printf("%4ds %7.2f %7.2f %7.2f\n", i*10, r, res.Series.OK[i], res.Series.Refused[i])
+		}
+		return
+	}
+	t.Fatalf("no shape %s", name)
+}
