@@ -40,14 +40,13 @@ package throttle
 //     R, never below two requests per time since the event, so its end is
 //     seen within half the time it took; the first success after it
 //     returns R to G. Refusals in a drain never move G.
-//  5. Cycle. A drain that begins at or below G is a quota running out at
-//     that rate: the 2xx from the end of the previous drain to the end of
-//     this one, over that time, are what the server allows; G and B go 2
-//     % under and over it (not from the first request: the climb is in
-//     that one).
+//  5. Quota. A drain that refused everything for longer than the server
+//     accepted before it, and a second or more, is a quota spent or a
+//     counter full: after the first minute, G and B go 2 % under and over
+//     what the server delivered over the last minute, if that is lower.
 //  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
-//     not a rate: R is kept, backoff probes, the first success resumes.
-//     Back within 10 s, it was a rate limiter refusing a run: R halves.
+//     not a rate: what its first failures did is undone, backoff
+//     probes, and the first success resumes at G.
 //  7. Stated. A server that states its limit is paced 2 % below it, and
 //     never above; refusals under it are followed as above.
 //
@@ -142,12 +141,21 @@ const (
 	// rampupMaxMemory caps the proof time and the span of the delivered
 	// rate: a minute, the ring of successes (rampupRing).
 	rampupMaxMemory = time.Minute
-	// rampupCycleMin is the least time a drain lasts for rule 5 to read
-	// its cycle: a second, so a bucket refilling is not a quota.
+	// rampupCycleMin is the least time a drain refuses everything, past
+	// the server's gates, for rule 5 to bound G: a second, so a bucket
+	// refilling is not a quota.
 	rampupCycleMin = time.Second
-	// rampupTrust is the least span of successes the delivered rate is
-	// trusted over whole: shorter, a refusal at G halves it at most.
-	rampupTrust = 5 * time.Second
+	// rampupRing is the seconds of successes a scope keeps (rule 5): a
+	// minute and a little more.
+	rampupRing = 64
+	// rampupProbeStep caps a climb's step once the server has refused
+	// once: BBR probes 25 % above what it measured.
+	rampupProbeStep = 0.25
+	// rampupTrust and rampupTrustOK are the least span, and successes in
+	// it, the delivered rate is trusted over whole: with less, a refusal
+	// at G halves G at most.
+	rampupTrust   = 5 * time.Second
+	rampupTrustOK = 10
 	// rampupMaxProbeWindows caps the time between probes: 10 Windows.
 	// A learned ceiling is re-probed within it, and a steady state's
 	// probes cost at most a tenth of their refusals a Window.
@@ -167,9 +175,6 @@ const (
 	// to size the slots: with one slot and a server that takes 2 s, the
 	// first round would be paced by the slot, not the rate.
 	rampupFirstLatency = time.Second
-	// rampupOutageConfirm: an outage that ends within 10 s, at backoff's
-	// first probe (backoff.onOutage), was a rate limit.
-	rampupOutageConfirm = 10 * time.Second
 	// rampupMaxRate bounds the rate (one start per microsecond).
 	rampupMaxRate = 1e6
 	// outageRun is how many 5xx in a row, with no success and no 429
@@ -186,7 +191,9 @@ type rampup struct {
 	good  float64       // G: the fastest rate proven; 0: none
 	bad   float64       // B: the slowest rate refused since; 0: none
 	prevG float64       // G before it last rose
+	best  float64       // the highest G ever
 	gAt   time.Time     // when G was last set
+	gOK   int           // successes since gAt
 	lat   time.Duration // smoothed latency of successes
 	step  float64       // the next climb above G past B (a fraction); 0: slow start
 
@@ -210,19 +217,15 @@ type rampup struct {
 	cost    int           // refusals since the last failed climb, until its drain ended
 	costing bool          // counting cost
 
-	gOK   int           // successes since gAt
-	gGate time.Duration // gatedSum at gAt
+	first time.Time          // the first answer, or the end of the last outage
+	accAt time.Time          // the end of the last drain (first, before any)
+	okN   [rampupRing]uint16 // successes per second, okN[s % rampupRing] for Unix second s
+	okAt  int64              // the Unix second of the newest count
 
-	gateEnd  time.Time     // the end of the latest server gate
-	gatedSum time.Duration // the time server gates held the scope, in all
-	dGate    time.Duration // gatedSum at drainAt
-	accAt    time.Time     // the end of the last drain (the first answer, before any)
-	accOK    int           // successes since
-
-	run      int // 5xx in a row, no success and no 429 between
-	runG     float64
-	runB     float64 // G and B when the run began
-	paused   bool    // an outage: backoff probes it
+	run      int     // 5xx in a row, no success and no 429 between
+	runG     float64 // G and B when the run began
+	runB     float64
+	paused   bool // an outage: backoff probes it
 	pausedAt time.Time
 }
 
@@ -342,6 +345,9 @@ func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float6
 	r.rFirst, r.rLast = time.Time{}, time.Time{}
 }
 
+// setGood sets G at now.
+func (r *rampup) setGood(now time.Time, g float64) { r.good, r.gAt, r.gOK = g, now, 0 }
+
 // rampupVerdict is what rampup did with an answer, for backoff.
 type rampupVerdict uint8
 
@@ -364,14 +370,10 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	refused := ans.signal
 	if r.rate == 0 {
 		r.rate = r.clamp(cfg, gc, r.start(cfg))
-		r.changed, r.cut, r.accAt = ans.started, ans.started, ans.started
+		r.changed, r.cut, r.first, r.accAt = ans.started, ans.started, now, now
 	}
 	if refused && ans.gated {
 		r.wait = min(ans.gate, rampupMaxMemory)
-		if end := now.Add(ans.gate); end.After(r.gateEnd) {
-			r.gatedSum += end.Sub(later(now, r.gateEnd)) // gates overlap: count each instant once
-			r.gateEnd = end
-		}
 	}
 	if !refused && ans.latency > 0 {
 		if r.lat == 0 {
@@ -381,8 +383,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		}
 	}
 	if s := ans.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
-		r.stated = s // rule 7: the ceiling is 2 % under it
-		r.bad = s
+		r.stated, r.bad = s, s // rule 7: the ceiling is 2 % under it
 		r.setGood(now, s*(1-rampupEpsilon))
 		r.probeAt = now.Add(r.probeInterval(cfg))
 		r.set(now, cfg, gc, r.good)
@@ -406,7 +407,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		return rampupTook
 	}
 	r.gOK++
-	r.accOK++
+	r.record(now)
 	if !ans.started.Before(r.cut) {
 		r.okCut = true
 		if r.drain {
@@ -438,9 +439,33 @@ func (r *rampup) count(started time.Time, ok bool) {
 	}
 }
 
-// delivered is the rate of successes while G was in effect (rule 3).
+// record counts a success at now in the ring of successes (rule 5).
+func (r *rampup) record(now time.Time) {
+	sec := now.Unix()
+	if sec > r.okAt {
+		for x := max(r.okAt+1, sec-rampupRing+1); x <= sec; x++ {
+			r.okN[x%rampupRing] = 0
+		}
+		r.okAt = sec
+	}
+	if i := sec % rampupRing; sec > r.okAt-rampupRing && r.okN[i] < math.MaxUint16 {
+		r.okN[i]++
+	}
+}
+
+// lastMinute is the rate of successes over the minute before now.
+func (r *rampup) lastMinute(now time.Time) float64 {
+	sec := now.Unix()
+	n := 0
+	for x := max(sec-59, r.okAt-rampupRing+1); x <= min(sec, r.okAt); x++ {
+		n += int(r.okN[x%rampupRing])
+	}
+	return float64(n) / rampupMaxMemory.Seconds()
+}
+
+// delivered is the rate of successes since G was set (rule 3).
 func (r *rampup) delivered(now time.Time) float64 {
-	return float64(r.gOK) / max((now.Sub(r.gAt)-(r.gatedSum-r.gGate)).Seconds(), 1e-3)
+	return float64(r.gOK) / max(now.Sub(r.gAt).Seconds(), 1e-3)
 }
 
 // outage applies rule 6 to the answer. It reports the verdict and true
@@ -450,19 +475,13 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	case r.paused && refused:
 		return rampupLeft, true // backoff probes the outage
 	case r.paused:
-		r.paused, r.run = false, 0
-		if now.Sub(r.pausedAt) < rampupOutageConfirm {
-			// Back at the first probe: a limiter refused a run far
-			// above its limit. Search down from half the rate.
-			r.bad = r.rate
-			r.setGood(now, 0)
-			r.set(now, cfg, ans.globalCap, r.rate/2)
-		} else {
-			r.set(now, cfg, ans.globalCap, max(r.rate, r.good))
-		}
-		// Measure afresh: the outage's time says nothing of the rate.
-		r.drain, r.accAt, r.accOK = false, now, 0
+		// The first success resumes at G (a limiter's run of refusals
+		// that looked like an outage is followed from there as any
+		// refusal is). Measure afresh: the outage's time says nothing
+		// of the rate.
+		r.paused, r.run, r.drain, r.first, r.accAt = false, 0, false, now, now
 		r.setGood(now, r.good)
+		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
 		return rampupLeft, true
 	case !refused:
 		r.run = 0
@@ -488,8 +507,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 
 // refusal is rule 3: a refusal event.
 func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
-	from := r.rate
-	next := r.good
+	from, next := r.rate, r.good
 	switch {
 	case r.good == 0:
 		// The first answers refused: no rate proven yet.
@@ -507,10 +525,10 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		r.failed(now.Sub(r.rise))
 	default:
 		// The server refuses a rate it accepted: its limit is lower, at
-		// what it delivered while G was in effect (over a few seconds at
-		// least; a shorter span falls by half at most).
+		// what it delivered since G was set (over a few seconds, round
+		// trips and successes; over less, it falls by half at most).
 		floor := from / 2
-		if now.Sub(r.gAt) >= rampupTrust {
+		if r.gOK >= rampupTrustOK && now.Sub(r.gAt) >= max(rampupTrust, 4*r.lat) {
 			floor = 0
 		}
 		r.bad = from
@@ -518,19 +536,14 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		next = r.good
 	}
 	r.raised = false
-	r.drain, r.drainAt, r.dGate = true, now, r.gatedSum
+	r.drain, r.drainAt = true, now
 	r.set(now, cfg, gc, next)
 	if r.settled() {
 		r.probeAt = later(r.probeAt, now.Add(r.probeInterval(cfg)))
 	}
 }
 
-// setGood sets G at now.
-func (r *rampup) setGood(now time.Time, g float64) {
-	r.good, r.gAt, r.gOK, r.gGate = g, now, 0, r.gatedSum
-}
-
-// failed notes a refused climb that the server took took to refuse.
+// failed notes a climb refused took after it began.
 func (r *rampup) failed(took time.Duration) {
 	r.memory = max(r.memory, min(took, rampupMaxMemory))
 	r.fails = min(r.fails+1, rampupMaxFails)
@@ -549,7 +562,8 @@ func (r *rampup) drainRound(now time.Time, cfg *ScopeConfig, gc int) {
 }
 
 // endDrain is the first success after a refusal event: the drain is
-// over (rule 4) and the rate goes back to G.
+// over (rule 4) and the rate goes back to G, no higher than rule 5
+// allows.
 func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
 	r.drain = false
 	if r.costing {
@@ -558,19 +572,16 @@ func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
 			r.probeAt = now.Add(r.probeInterval(cfg))
 		}
 	}
-	// The time the drain refused everything, past the server's gates
-	// (which it asked for, and which a rate deserves as much as a
-	// quota).
-	accept, dead := r.drainAt.Sub(r.accAt), now.Sub(r.drainAt)-(r.gatedSum-r.dGate)
-	n := r.accOK - 1 // this success opens the next cycle
-	r.accAt, r.accOK = now, 1
-	if dead > accept && dead >= rampupCycleMin && n > 0 {
+	accept, dead := r.drainAt.Sub(r.accAt), now.Sub(r.drainAt)
+	r.accAt = now
+	if dead > accept && dead >= rampupCycleMin && now.Sub(r.first) >= rampupMaxMemory {
 		// Rule 5: the server refused everything for longer than it
-		// accepted before: a quota spent, a counter full. What it
-		// allowed over the cycle is the most it allows.
-		if allowed := float64(n) / (accept + dead).Seconds(); allowed < r.good {
-			r.bad = allowed * (1 + rampupEpsilon)
-			r.setGood(now, allowed*(1-rampupEpsilon))
+		// accepted before, and a second or more (a quota spent, a
+		// counter full): G is at most what it delivered over the last
+		// minute.
+		if a := r.lastMinute(now); a < r.good {
+			r.bad = min(nonzero(r.bad, r.good), a*(1+rampupEpsilon))
+			r.setGood(now, a*(1-rampupEpsilon))
 			r.probeAt = now.Add(r.probeInterval(cfg))
 			r.set(now, cfg, gc, r.good)
 			return
@@ -598,8 +609,8 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		if now.Sub(r.changed) < r.proofTime() {
 			return // a climb is held for the proof time
 		}
-		if r.bad == 0 {
-			r.fails = 0 // a new high, past any ceiling: the limit rose
+		if r.rate > r.best {
+			r.best, r.fails = r.rate, 0 // a new high: the limit rose
 		}
 		r.prevG = r.good
 		r.setGood(now, r.rate)
@@ -615,7 +626,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.step = max(r.step, rampupEpsilon)
 	}
 	if r.bad == 0 && r.step > 0 {
-		r.step = min(2*r.step, rampupMaxStep)
+		r.step = min(2*r.step, rampupProbeStep)
 	}
 	r.set(now, cfg, gc, r.climbTo())
 }
@@ -623,7 +634,9 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 // settled reports whether B is within 2 % above G: the search is over,
 // and G waits for the probe time (rule 2).
 func (r *rampup) settled() bool {
-	return r.bad > r.good && r.good > 0 && r.bad <= r.good*(1+rampupEpsilon)*(1+1e-9) // (rounding: B may be G x 1.02)
+	// (The factor of 1+1e-9 lets B = G x 1.02, as a probe makes it, be
+	// within 2 % despite rounding.)
+	return r.bad > r.good && r.good > 0 && r.bad <= r.good*(1+rampupEpsilon)*(1+1e-9)
 }
 
 // climbTo is the rate of the next climb from G (rule 1): halfway to B on
@@ -679,6 +692,13 @@ func rampupJitter(j Jitter) Jitter {
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func nonzero(a, b float64) float64 {
+	if a != 0 {
 		return a
 	}
 	return b
