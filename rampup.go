@@ -532,6 +532,9 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 			floor = 0
 		}
 		r.bad = from
+		// And the server took that long to refuse it: climbs are held
+		// as long (a quota or counter fills after a while at any rate).
+		r.memory = max(r.memory, min(now.Sub(later(r.rise, r.first)), rampupMaxMemory))
 		r.setGood(now, max(floor, min(from*(1-rampupEpsilon), r.delivered(now))))
 		next = r.good
 	}
