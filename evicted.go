@@ -73,10 +73,11 @@ func newEviction(sh *shard) *eviction {
 // the back (its lastUsed moved) goes to the back instead, with a second
 // chance; any other is forgotten, whatever its state: a server gate, a
 // delay gap or a quota window still running is kept in the shard's
-// evicted-record table (record), not in the scope. Each scope looked at is
-// evicted or uses up a use of it, so the cost per new scope does not grow
-// with the table; it stops after two turns of the ring, when every scope
-// left is in use.
+// evicted-record table (record), not in the scope. A scope looked at is
+// evicted, or was used since it was last looked at, or is in use: so the
+// scopes looked at per new scope are one, plus the uses of scopes since,
+// plus the part's scopes in use, however many scopes the table holds. It
+// stops after two turns of the ring, when every scope left is in use.
 func (m *ThrottlingManager) evict(sh *shard, keep *scope, now time.Time, limit int) {
 	ev := sh.ev
 	if ev == nil {
