@@ -83,10 +83,49 @@ type Config struct {
 	LearnedIdleTimeout time.Duration
 
 	// MaxScopes caps the scopes held at once, against link farms with
-	// millions of hosts: past it, the least recently used idle scopes are
-	// forgotten early, learned state included (per shard of the scope
-	// map, so the order is approximately LRU). Scopes with permits or
-	// waiters are never forgotten. Zero means no cap. Default 1,000,000.
+	// millions of hosts. Zero means no cap. Default 1,000,000.
+	//
+	// The cap is split evenly over the parts of the scope map (64, or
+	// MaxScopes when fewer). Past a part's share, each new scope evicts
+	// another of its part: the one that has gone longest without a start
+	// or a release, approximately (CLOCK: the oldest, unless used since
+	// it was last passed over), whatever its state. A running server
+	// gate, delay gap or quota window does not keep a scope; a scope in
+	// use does: with permits held, with callers waiting, or being
+	// admitted by another goroutine at that instant. So the manager holds
+	// at most MaxScopes scopes besides those that were in use when a
+	// scope was last made in their part; the next scope made there evicts
+	// them once they are idle. The work is constant per new scope,
+	// whatever the table's size.
+	//
+	// An evicted scope keeps one thing: when its next request may start,
+	// if that is later than now. That is the end of its server gate
+	// (Retry-After, a RateLimit reset), or of the gap its delay asks after
+	// its last start, or of its slot delay or of a quota window it has
+	// spent. A request to the host before that time waits for it, as it
+	// would have in the scope. Everything else is lost, as when a scope
+	// is forgotten for idleness: its learned state (the AutoThrottle
+	// delay, the backoff level and its recovery, the rampup rate), the
+	// quota used in a window not yet spent, and its own counts in Stats
+	// (the totals keep them). After that time the host starts again from
+	// its configuration and its robots.txt delay. With a Store, the
+	// store keeps what it shares and gives it back to the new scope.
+	// A scope of another ScopeManager keeps the same time: its
+	// ScopeManager, made anew, is wrapped so as to admit nothing before.
+	//
+	// Those times are kept in a table of fixed size per part, made when
+	// the part first evicts: 4 records of 16 bytes per scope of its share
+	// (64 bytes per scope of MaxScopes; 64 MB for the default cap once
+	// every part evicts). A record goes when its host comes back or its
+	// time has passed. It is lost early, and its host may then get a
+	// request before its wait ends, only when a new record comes to its
+	// bucket (4 records, chosen by the key's hash) while all four hold
+	// waits still running and it ends the soonest of them: that takes
+	// about 4*MaxScopes evicted hosts with waits running at once, or bad
+	// luck near it. A link farm of 1,000 new hosts a second all answering
+	// "Retry-After: 300", with MaxScopes 1,000, has 300,000: a host
+	// re-seen 2 s after its answer is still held 99 % of the time, 5 s
+	// after about half of the time, 30 s after not.
 	MaxScopes int
 
 	// DelayedWarnThreshold: the first time this many callers wait at once,

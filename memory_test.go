@@ -155,11 +155,11 @@ func TestMemoryLinkFarm(t *testing.T) {
 			d := int64(liveHeap()) - int64(before)
 			peak = max(peak, d)
 			t.Logf("%d hosts: %d scopes, live heap %+d B", i+1, m.Len(), d)
-			assert.LessOrEqual(t, m.Len(), limit+limit/8+numShards)
+			assert.LessOrEqual(t, m.Len(), limit)
 		}
 	}
 	t.Logf("live heap with MaxScopes %d: at most %+d B over %d hosts (%.0f B per scope of the cap)",
 		limit, peak, hosts, float64(peak)/limit)
-	assert.LessOrEqual(t, peak, int64(limit+limit/8+numShards)*1024, "at most 1 KiB per scope the cap lets through")
+	assert.LessOrEqual(t, peak, int64(limit)*1024, "at most 1 KiB per scope the cap lets through")
 	runtime.KeepAlive(m)
 }

@@ -1,11 +1,10 @@
 // This file holds the scope registry: the sharded table of scopes, their
 // lookup and creation (scopeConfig, newScope), and forgetting idle scopes
-// (sweep, LRU eviction under MaxScopes).
+// (sweep). Eviction under MaxScopes is in evicted.go.
 
 package throttle
 
 import (
-	"cmp"
 	"hash/fnv"
 	"hash/maphash"
 	"maps"
@@ -28,7 +27,10 @@ type shard struct {
 	peak    int // the most scopes m held since it was made
 	// forgotten holds the counts of the scopes forgotten from m.
 	forgotten *Counts
-	_         [128 - 72]byte // one shard per pair of cache lines: no false sharing
+	// ev is the eviction order and the evicted scopes' records, once
+	// the shard has held more than its share of MaxScopes (evicted.go).
+	ev *eviction
+	_  [128 - 80]byte // one shard per pair of cache lines: no false sharing
 }
 
 // forget removes s from sh (locked, as s), keeping its counts.
@@ -60,12 +62,22 @@ type scope struct {
 }
 
 func (m *ThrottlingManager) shardOf(key string) *shard {
-	return &m.shards[maphash.String(m.seed, key)%numShards]
+	sh, _ := m.hashShard(key)
+	return sh
 }
 
-// lookup returns the scope for key, creating it on first use.
+// hashShard returns the shard of key, and key's hash.
+func (m *ThrottlingManager) hashShard(key string) (*shard, uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[m.shardIndex(h)], h
+}
+
+// lookup returns the scope for key, creating it on first use. A scope
+// created past the shard's share of MaxScopes evicts another (evict), and
+// a key evicted with a wait pending is held until that wait ends
+// (restore).
 func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
-	sh := m.shardOf(key)
+	sh, h := m.hashShard(key)
 	sh.mu.RLock()
 	s := sh.m[key]
 	sh.mu.RUnlock()
@@ -83,11 +95,17 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	}
 	sh.m[ns.key] = ns
 	sh.peak = max(sh.peak, len(sh.m))
+	if ev := sh.ev; ev != nil {
+		ev.ring.push(clockEntry{s: ns, used: ns.lastUsed})
+		m.restore(ev, ns, h, now)
+	}
 	if !now.Before(sh.sweepAt) {
 		m.sweep(sh, now)
 	}
-	if limit := m.cfg.MaxScopes; limit > 0 && len(sh.m) > max(limit/numShards, 1) {
-		m.evictLRU(sh, ns, now, len(sh.m)-max(limit/numShards, 1)+len(sh.m)/8)
+	if m.cfg.MaxScopes > 0 {
+		if limit := m.shardCap(h); len(sh.m) > limit {
+			m.evict(sh, ns, now, limit)
+		}
 	}
 	return ns, nil
 }
@@ -125,31 +143,6 @@ func (m *ThrottlingManager) sweepStep(now time.Time) {
 
 // sweepPeriod is the time between two sweeps of a shard.
 func (m *ThrottlingManager) sweepPeriod() time.Duration { return max(m.cfg.IdleTimeout/4, time.Second) }
-
-// evictLRU forgets up to n of sh's idle scopes, least recently used first,
-// never keep (the scope being created). Evicting an eighth of the shard at
-// a time keeps the sort's cost amortised over many new scopes.
-func (m *ThrottlingManager) evictLRU(sh *shard, keep *scope, now time.Time, n int) {
-	idle := make([]*scope, 0, len(sh.m))
-	for _, s := range sh.m {
-		if s == keep || !s.mu.TryLock() {
-			continue
-		}
-		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy {
-			idle = append(idle, s)
-		}
-		s.mu.Unlock()
-	}
-	slices.SortFunc(idle, func(a, b *scope) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
-	for _, s := range idle[:min(n, len(idle))] {
-		s.mu.Lock()
-		if s.queue.n == 0 && s.counts.inFlight == 0 && s.idle(now) != Busy { // still idle
-			sh.forget(s)
-		}
-		s.mu.Unlock()
-	}
-	sh.shrink()
-}
 
 // shrink replaces sh's map by a smaller one once it holds a quarter of its
 // peak or less: a Go map keeps its buckets when entries are deleted, so
@@ -238,6 +231,9 @@ func (m *ThrottlingManager) sweep(sh *shard, now time.Time) {
 			sh.forget(s)
 		}
 		s.mu.Unlock()
+	}
+	if sh.ev != nil {
+		sh.ev.ring.compact()
 	}
 	sh.shrink()
 }
