@@ -20,7 +20,11 @@ import (
 // caller's: a caller whose context ends stops waiting for it, with its
 // context's error, and the fetch goes on for the others. A valid Crawl-delay
 // or Request-rate for the user agent sets the host's scope to Concurrency 1
-// and Delay = min(value, MaxDelay); it never lowers a configured delay. On
+// and Delay = min(value, MaxDelay); it never lowers a configured delay.
+// That delay is a floor: with the default ScopeManager no two starts in
+// the scope are closer than it, whatever Jitter draws (jitter only
+// lengthens the gap), on every path that admits requests (with a Store,
+// from the first page after the robots.txt fetch on). On
 // a scope configured explicitly (Config.Scopes or ScopeConfigFunc) the
 // configuration wins and one warning names both values, unless the scope
 // sets IgnoreRobotsTxt, which silences robots.txt altogether.
