@@ -1,9 +1,11 @@
 package throttle
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,11 +67,44 @@ import (
 // heard through a small hook in the manager's release path, which costs
 // an atomic load when nothing waits for one.
 //
-// Like TryAcquire, the queue never fetches robots.txt: call
-// ThrottlingManager.RobotsFor when you first meet a host. With a
-// Config.Store, releases in other processes unpark groups through
+// With a Config.Store, releases in other processes unpark groups through
 // Store.Watch; every attempt is then a round trip, and a queue makes one
 // at a time.
+//
+// # robots.txt
+//
+// With Config.Robots on, the queue is as polite as Acquire. Before it
+// asks a request's scopes, it makes sure the request's origin has a fresh
+// robots.txt; if not, the group steps aside (a fourth place) while the
+// robots.txt is fetched, as Acquire fetches it (Robots.Client, else
+// http.DefaultTransport through the manager's Transport), and comes back
+// to ready when the fetch ends: the requests of other hosts go on
+// meanwhile, Pop hands them out. A fetch some Acquire caller started is
+// waited for, not repeated. The fetch is a request of the host's scope,
+// so the robots.txt delay (Crawl-delay, Request-rate) holds the origin's
+// first request as it holds the next ones.
+//
+// A fetch runs on a goroutine of its own, one per origin at a time, and
+// ends within Robots.FetchTimeout. A queue runs at most
+// max(1, Config.GlobalConcurrency/2) of them at once (a fetch holds a
+// place in GlobalConcurrency: the bound leaves the other half to the
+// requests); origins met beyond that wait, in the order they were met,
+// for one to end. So the queue adds at most that many goroutines, however
+// many requests and hosts it holds; Pop, Push and TryPop start none.
+//
+// Under Robots.Enforce a request that its origin's robots.txt disallows,
+// or any request of an origin whose robots.txt is unreachable, is never
+// admitted: Pop and TryPop return it, removed from the queue, with a nil
+// Permit and a *DisallowedError (errors.Is ErrDisallowed) that names its
+// URL, and the request itself is the first result, so the caller knows
+// which one it was. The queue goes on with the others; the next Pop gives
+// the next request.
+//
+// # Closing
+//
+// Close ends the queue: it returns the requests still queued, and every
+// Push, Pop and TryPop after it (and every Pop blocked in it) returns
+// ErrQueueClosed.
 //
 // A ReadyQueue is safe for concurrent use by multiple goroutines. It is
 // tied to its manager, which tells it about releases, for the manager's
@@ -94,6 +129,15 @@ type ReadyQueue struct {
 	seq         uint64 // push order
 	poppers     popperList
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
+	closed      bool
+
+	// robots.txt (robots nil: handling off): see robotsHeld.
+	robots       *robotsCache
+	robotsMax    int                    // fetches the queue may run at once
+	robotsOwn    int                    // fetches it started that have not ended
+	robotsMine   map[origin]bool        // their origins
+	robotsWait   map[origin][]*setQueue // groups whose head waits for its origin's fetch
+	robotsQueued []*setQueue            // groups whose head waits for a fetch to start, FIFO
 }
 
 // NewReadyQueue returns an empty queue whose requests are admitted by m.
@@ -103,6 +147,10 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		single:      make(map[string]*setQueue),
 		multi:       make(map[string]*setQueue),
 		parkedMulti: make(map[string]map[*setQueue]struct{}),
+		robots:      m.robots,
+		robotsMax:   max(1, m.cfg.GlobalConcurrency/2),
+		robotsMine:  make(map[origin]bool),
+		robotsWait:  make(map[origin][]*setQueue),
 	}
 	// Before the queue's first attempt: see observers.go.
 	m.obs.subscribeReleased(rankQueues, q.releasedPermit)
@@ -115,8 +163,8 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 // Push adds req with a priority: among requests that can start at once,
 // higher priorities go first. It returns an error, and keeps nothing,
 // when req's scopes cannot be resolved (the errors of Acquire: no host, a
-// Scoper error ...). The queue keeps req itself: don't change it until it
-// is popped.
+// Scoper error ...), and ErrQueueClosed once the queue is closed. The
+// queue keeps req itself: don't change it until it is popped.
 func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	if req == nil {
 		return ErrNilRequest
@@ -128,6 +176,12 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	}
 	e := entry{req: req, prio: priority}
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		*p = Permit{}
+		unusedPermits.Put(p)
+		return ErrQueueClosed
+	}
 	g := q.groupOf(p.scopes)
 	if len(g.keys) == 1 {
 		e.cost = p.scopes[0].cost
@@ -163,10 +217,15 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 //
 // A request that cannot be admitted at all is removed and returned with a
 // nil Permit and the error: its context's error once its context has
-// ended, or TryAcquire's (a Store failure, a Scoper error).
+// ended, a *DisallowedError under Robots.Enforce, or TryAcquire's (a
+// Store failure, a Scoper error). Once the queue is closed it returns
+// ErrQueueClosed.
 func (q *ReadyQueue) TryPop() (*http.Request, *Permit, time.Time, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return nil, nil, time.Time{}, ErrQueueClosed
+	}
 	req, p, at, err := q.tryPop(q.m.clock.Now())
 	q.kick()
 	return req, p, at, err
@@ -177,7 +236,8 @@ func (q *ReadyQueue) TryPop() (*http.Request, *Permit, time.Time, error) {
 // ctx's error when ctx ends first (at its deadline, whatever the ready
 // times: a Push may bring a request that can start before it), leaving
 // the queue as it was. Like TryPop, it returns a request that cannot be
-// admitted at all with a nil Permit and the error.
+// admitted at all with a nil Permit and the error. It returns
+// ErrQueueClosed once the queue is closed, at once if it was blocked.
 //
 // Callers wait in arrival order; Pop costs no goroutine, and the first
 // waiting caller holds the only timer.
@@ -196,6 +256,13 @@ func (q *ReadyQueue) Pop(ctx context.Context) (*http.Request, *Permit, error) {
 	}()
 	for {
 		q.mu.Lock()
+		if q.closed {
+			if me != nil {
+				q.leave(me)
+			}
+			q.mu.Unlock()
+			return nil, nil, ErrQueueClosed
+		}
 		now := q.m.clock.Now()
 		req, p, at, err := q.tryPop(now)
 		if req != nil {
@@ -244,6 +311,48 @@ func (q *ReadyQueue) Len() int {
 	return q.n
 }
 
+// Close closes the queue and returns the requests it still held, in the
+// order they were pushed, or nil when it was closed already: they were
+// never admitted and hold nothing, so they may be saved, or pushed into
+// another queue. From then on Push, Pop and TryPop return ErrQueueClosed,
+// and every Pop blocked in the queue returns it at once. The permits
+// popped before are the callers', released as usual.
+//
+// Close is idempotent and safe to call at any time from any goroutine.
+// The queue has no goroutine of its own to stop; the robots.txt fetches
+// it started go on (each ends within Robots.FetchTimeout) and are cached
+// for the manager. A closed queue still hears of the manager's releases,
+// for an atomic load each.
+func (q *ReadyQueue) Close() []*http.Request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	var held []entry
+	for _, g := range q.single {
+		held = append(held, g.entries...)
+	}
+	for _, g := range q.multi {
+		held = append(held, g.entries...)
+	}
+	slices.SortFunc(held, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	reqs := make([]*http.Request, len(held))
+	for i := range held {
+		reqs[i] = held[i].req
+	}
+	q.single, q.multi, q.parkedMulti = nil, nil, nil
+	q.ready, q.waiting = nil, nil
+	q.robotsWait, q.robotsQueued = nil, nil
+	q.nParked, q.n, q.global = 0, 0, false
+	q.armed.Store(false)
+	for p := q.poppers.head; p != nil; p = p.next {
+		p.signal()
+	}
+	return reqs
+}
+
 // tryPop is TryPop with q.mu held.
 func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, error) {
 	// A release from now on finds the hook armed and waits for mu, so it
@@ -265,6 +374,18 @@ func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, e
 		if err := req.Context().Err(); err != nil {
 			q.removeHead(g, now)
 			return req, nil, time.Time{}, err
+		}
+		if q.robots != nil {
+			if q.robotsHeld(g, now) {
+				heap.Pop(&q.ready)
+				continue
+			}
+			if q.robots.cfg.Enforce {
+				if err := q.robots.enforce(req); err != nil {
+					q.removeHead(g, now)
+					return req, nil, time.Time{}, err
+				}
+			}
 		}
 		p, adm, err := q.m.TryAcquire(req)
 		switch {
@@ -386,6 +507,7 @@ func setKey(hs []held) string {
 // removeHead takes g's head out of the queue; g is at the top of ready.
 func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 	g.entries.pop()
+	g.robotsHas = false // the next head checks its origin's robots.txt again
 	q.n--
 	if len(g.entries) > 0 {
 		q.rank(g, now)
@@ -488,6 +610,72 @@ func (q *ReadyQueue) unpark(g *setQueue, now time.Time) {
 		}
 	}
 	q.makeReady(g, now)
+}
+
+// robotsHeld reports whether g's head must wait for its origin's
+// robots.txt (g is at the top of ready; the caller takes it out), and then
+// files g where the fetch's end finds it: in robotsWait under the origin,
+// when a fetch runs (the queue's own, started now, or anyone's), or in
+// robotsQueued when the queue runs robotsMax fetches already. The head
+// waits for one fetch: once that ended (robotsFetched) it goes on, fresh
+// rules or not (a failed fetch, an entry evicted since: Enforce then
+// refuses it as unreachable), so no request is held by a fetch twice.
+func (q *ReadyQueue) robotsHeld(g *setQueue, now time.Time) bool {
+	req := g.entries[0].req
+	key, ok := originOf(req)
+	if !ok || g.robotsHas && g.robotsOK == key {
+		return false
+	}
+	if w, waiting := q.robotsWait[key]; waiting { // subscribed already
+		q.robotsWait[key] = append(w, g)
+		g.state = setRobots
+		return true
+	}
+	switch q.robots.watch(req.Context(), req, now, func() { q.robotsFetched(key) }, q.robotsOwn < q.robotsMax) {
+	case robotsFresh:
+		return false
+	case robotsStarted:
+		q.robotsOwn++
+		q.robotsMine[key] = true
+		q.robotsWait[key] = append(q.robotsWait[key], g)
+	case robotsPending:
+		q.robotsWait[key] = append(q.robotsWait[key], g)
+	default: // robotsNeeded
+		q.robotsQueued = append(q.robotsQueued, g)
+	}
+	g.state = setRobots
+	return true
+}
+
+// robotsFetched is called on the fetch's goroutine when the robots.txt
+// fetch of key that the queue waits for ends: the groups waiting for it
+// are ready, and, if the fetch was the queue's, the next queued origins'
+// fetches may start.
+func (q *ReadyQueue) robotsFetched(key origin) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.robotsMine[key] {
+		delete(q.robotsMine, key)
+		q.robotsOwn--
+	}
+	if q.closed {
+		return
+	}
+	now := q.m.clock.Now()
+	for _, g := range q.robotsWait[key] {
+		g.robotsOK, g.robotsHas = key, true
+		q.makeReady(g, now)
+	}
+	delete(q.robotsWait, key)
+	for len(q.robotsQueued) > 0 && q.robotsOwn < q.robotsMax {
+		g := q.robotsQueued[0]
+		q.robotsQueued[0] = nil
+		q.robotsQueued = q.robotsQueued[1:]
+		if !q.robotsHeld(g, now) {
+			q.makeReady(g, now)
+		}
+	}
+	q.kick()
 }
 
 // kick wakes the first waiting caller if it has something to do: a ready

@@ -14,9 +14,9 @@ import (
 // has it on. A manager reads its RobotsConfig once, at New.
 //
 // On the first request to an origin (scheme, host and port) through
-// Acquire or the Transport, its /robots.txt is fetched once, through the
-// throttle itself (it is a request in the host's scope), and cached for
-// TTL; concurrent first requests share the one fetch. The fetch is no
+// Acquire, the Transport or a ReadyQueue, its /robots.txt is fetched once,
+// through the throttle itself (it is a request in the host's scope), and
+// cached for TTL; concurrent first requests share the one fetch. The fetch is no
 // caller's: a caller whose context ends stops waiting for it, with its
 // context's error, and the fetch goes on for the others. A valid Crawl-delay
 // or Request-rate for the user agent sets the host's scope to Concurrency 1
@@ -55,16 +55,19 @@ import (
 // The Allow and Disallow rules are enforced only with Enforce: then
 // Acquire and the Transport return a *DisallowedError (errors.Is
 // ErrDisallowed) for a URL the rules disallow for UserAgent, before the
-// request is sent and without taking a slot; robots.txt itself is never
-// refused. An origin whose robots.txt could not be fetched (a 5xx, a
+// request is sent and without taking a slot, and a ReadyQueue's Pop and
+// TryPop return the request with that error instead of a Permit;
+// robots.txt itself is never refused. An origin whose robots.txt could not be fetched (a 5xx, a
 // network error, a timeout) and has no earlier copy disallows every URL,
 // as RFC 9309 2.3.1.4 requires, until a fetch succeeds: its URLs get a
 // *DisallowedError with Unreachable set and RetryAt. A 4xx robots.txt
 // allows everything. Without Enforce, check the rules yourself with
 // RobotsFor.
 //
-// TryAcquire, and so ReadyQueue, never fetch robots.txt and never
-// enforce it: call RobotsFor and check Allowed before queueing a URL.
+// TryAcquire never fetches robots.txt and never enforces it: call
+// RobotsFor and check Allowed before trying a URL. A ReadyQueue, built on
+// TryAcquire, fetches and enforces it itself, without blocking: see
+// ReadyQueue.
 //
 // The delay applies to the scope whose key is the request's host, so it
 // has an effect with HostScope and scopers that include the host.
@@ -99,7 +102,7 @@ type RobotsConfig struct {
 	// MaxOrigins bounds the cache; beyond it, expired entries and then the
 	// oldest are dropped. Default 100000.
 	MaxOrigins int
-	// Enforce makes Acquire and the Transport refuse, with a
+	// Enforce makes Acquire, the Transport and ReadyQueue refuse, with a
 	// *DisallowedError, a URL that its origin's robots.txt disallows for
 	// UserAgent, or any URL of an origin whose robots.txt is unreachable
 	// (see above). Default (and zero value) false: the rules are only

@@ -38,6 +38,7 @@ type robotsCache struct {
 
 type robotsEntry struct {
 	done     chan struct{}  // closed when the fetch in progress ends
+	notify   []func()       // called when it ends (watch), after done is closed
 	ready    bool           // a fetch has ended
 	robots   *robots.Robots // nil: no rules
 	expires  time.Time
@@ -204,6 +205,22 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 	return e != nil && e.ready && now.Before(e.expires)
 }
 
+// lockStale returns key's entry at now, with c.mu locked, unless it is
+// fresh (fresh true, c.mu not held): nil, an entry whose fetch is in
+// progress (not ready) or an expired one.
+func (c *robotsCache) lockStale(key origin, now time.Time) (e *robotsEntry, fresh bool) {
+	if c.fresh(key, now) { // the common case, under the read lock
+		return nil, true
+	}
+	c.mu.Lock()
+	e = c.origins[key]
+	if e != nil && e.ready && now.Before(e.expires) {
+		c.mu.Unlock()
+		return nil, true
+	}
+	return e, false
+}
+
 // ensure makes sure req's origin has a robots.txt that is fresh or being
 // fetched, starting the fetch if no one else has, and waits for it as long
 // as ctx allows (a caller that did not start it, at most FetchTimeout). The
@@ -215,14 +232,12 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 // the caller checks).
 func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Time) (waited bool) {
 	key, ok := originOf(req)
-	if !ok || c.fresh(key, now) {
+	if !ok {
 		return false
 	}
-	c.mu.Lock()
-	e := c.origins[key]
+	e, fresh := c.lockStale(key, now)
 	switch {
-	case e != nil && e.ready && now.Before(e.expires):
-		c.mu.Unlock()
+	case fresh:
 		return false
 	case e != nil && !e.ready: // someone is fetching: wait a bounded time
 		done := e.done
@@ -236,20 +251,66 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Ti
 		}
 		return true
 	}
-	ne := &robotsEntry{done: make(chan struct{}), added: now}
-	if e != nil { // expired: keep its rules and failures until the new fetch ends
-		ne.robots, ne.failures = e.robots, e.failures
-	}
-	c.evictLocked(now)
-	c.origins[key] = ne
+	ne := c.newEntryLocked(key, e, now)
 	c.mu.Unlock()
-	run := c.start(ctx, req, key, ne)
+	run := c.start(ctx, req, key, ne, true)
 	select { // the fetch ends by FetchTimeout
 	case <-ne.done:
 	case <-ctx.Done():
 	}
 	run.leave()
 	return true
+}
+
+// newEntryLocked files a new entry for key, whose fetch the caller starts;
+// old is the expired entry it replaces, or nil.
+func (c *robotsCache) newEntryLocked(key origin, old *robotsEntry, now time.Time) *robotsEntry {
+	ne := &robotsEntry{done: make(chan struct{}), added: now}
+	if old != nil { // expired: keep its rules and failures until the new fetch ends
+		ne.robots, ne.failures = old.robots, old.failures
+	}
+	c.evictLocked(now)
+	c.origins[key] = ne
+	return ne
+}
+
+// robotsWatch is what watch found.
+type robotsWatch uint8
+
+const (
+	robotsFresh   robotsWatch = iota // nothing to wait for
+	robotsPending                    // a fetch runs; notify is called when it ends
+	robotsStarted                    // watch started a fetch; notify is called when it ends
+	robotsNeeded                     // a fetch is needed, and mayStart was false: nothing done
+)
+
+// watch is ensure for a caller that must not block (ReadyQueue): when
+// req's origin has no fresh robots.txt, it registers notify, called once
+// on the fetch's goroutine when the fetch running (or, with mayStart, the
+// one watch starts) ends. The fetch is no caller's, as ensure's: it runs
+// with ctx's values, bounded by FetchTimeout, and a panic in it is logged.
+func (c *robotsCache) watch(ctx context.Context, req *http.Request, now time.Time, notify func(), mayStart bool) robotsWatch {
+	key, ok := originOf(req)
+	if !ok || isRobotsFetch(req) {
+		return robotsFresh
+	}
+	e, fresh := c.lockStale(key, now)
+	switch {
+	case fresh:
+		return robotsFresh
+	case e != nil && !e.ready:
+		e.notify = append(e.notify, notify)
+		c.mu.Unlock()
+		return robotsPending
+	case !mayStart:
+		c.mu.Unlock()
+		return robotsNeeded
+	}
+	ne := c.newEntryLocked(key, e, now)
+	ne.notify = append(ne.notify, notify)
+	c.mu.Unlock()
+	c.start(ctx, req, key, ne, false)
+	return robotsStarted
 }
 
 // robotsRun is a fetch in progress as the caller that started it sees it:
@@ -277,7 +338,9 @@ func (r *robotsRun) leave() {
 
 // start fetches key's robots.txt for e on a new goroutine. What the fetch
 // needs of req is read now: the caller may change req once it has left.
-func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry) *robotsRun {
+// waiting says the caller waits for the fetch (it calls leave when it
+// stops); a caller that does not is gone from the start.
+func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry, waiting bool) *robotsRun {
 	f := robotsFetch{key: key, e: e, rt: c.transportOf(ctx), ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
 	if f.agent == "" {
 		f.agent = robots.ProductToken(req.UserAgent())
@@ -290,6 +353,9 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 	// caller.
 	fctx := context.WithValue(context.WithValue(context.WithoutCancel(ctx), robotsFetchKey{}, true), scopesKey{}, noScopes{})
 	run := &robotsRun{}
+	if !waiting {
+		run.state.Store(runLeft)
+	}
 	go func() {
 		var recorded, ended bool
 		defer func() {
@@ -364,12 +430,18 @@ func (c *robotsCache) record(f *robotsFetch, rules *robots.Robots, ok bool) (*ro
 	return e.robots, e.failures
 }
 
-// end marks e's fetch as over and lets its waiters go.
+// end marks e's fetch as over and lets its waiters go: those blocked on
+// done, then those watching.
 func (c *robotsCache) end(e *robotsEntry) {
 	c.mu.Lock()
 	e.ready = true
 	close(e.done)
+	notify := e.notify
+	e.notify = nil
 	c.mu.Unlock()
+	for _, f := range notify {
+		f()
+	}
 }
 
 // get fetches and parses f's robots.txt with ctx. ok=false means a

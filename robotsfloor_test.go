@@ -67,6 +67,20 @@ var crawlPaths = map[string]func(t *testing.T, m *ThrottlingManager, site http.R
 		client := &http.Client{Transport: m.Transport(site)}
 		workers(4, n, func(i int) { fetchPage(t, client, fmt.Sprintf("http://shop.example/p%d", i), "") })
 	},
+	"ReadyQueue": func(t *testing.T, m *ThrottlingManager, site http.RoundTripper, n int) {
+		q := NewReadyQueue(m)
+		for i := range n {
+			require.NoError(t, q.Push(get(t, fmt.Sprintf("http://shop.example/p%d", i)), 0))
+		}
+		workers(4, n, func(int) {
+			req, p, err := q.Pop(context.Background())
+			if !assert.NoError(t, err) {
+				return
+			}
+			resp, err := site.RoundTrip(req)
+			p.Release(resp, err)
+		})
+	},
 }
 
 // workers runs do(0) ... do(n-1) on k goroutines.
@@ -94,7 +108,7 @@ func workers(k, n int, do func(i int)) {
 // TestRobotsDelayIsAFloor: with DefaultConfig's ±50 % jitter, no two
 // requests of a host whose robots.txt says "Crawl-delay: 2" start less
 // than 2 s apart (robots.txt itself included), through Acquire, the
-// Transport and a Store (from the first page on), over
+// Transport, a ReadyQueue and a Store (from the first page on), over
 // 1,000 starts for each of three seeds; jitter still lengthens gaps. The same holds when the
 // configured Delay (3 s) is above the Crawl-delay, whose jitter would
 // reach down to 1.5 s. Before the floor, gaps came as short as 1 s.
@@ -104,7 +118,7 @@ func TestRobotsDelayIsAFloor(t *testing.T) {
 		name  string
 		delay time.Duration
 	}{{"Delay under Crawl-delay", time.Second}, {"Delay over Crawl-delay", 3 * time.Second}} {
-		for _, path := range []string{"Acquire", "Transport", "Store"} {
+		for _, path := range []string{"Acquire", "Transport", "ReadyQueue", "Store"} {
 			for _, seed := range []uint64{1, 2, 3} {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", tc.name, path, seed), func(t *testing.T) {
 					synctest.Test(t, func(t *testing.T) {
