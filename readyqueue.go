@@ -116,6 +116,14 @@ type ReadyQueue struct {
 	// the global cap refused, or an attempt is under way (which may be
 	// about to park one). Written under mu; read by the hook without it.
 	armed atomic.Bool
+	// attempting says an attempt holds mu and asks TryAcquire, which may
+	// release permits on the same goroutine (MaxHold reclaims them): the
+	// hook then leaves the scope key in pending, for the attempt to take
+	// when it ends, instead of waiting for mu (see released).
+	attempting atomic.Bool
+	hasPending atomic.Bool // pending is not empty; set and cleared under pendMu
+	pendMu     sync.Mutex
+	pending    []string
 
 	mu          sync.Mutex
 	single      map[string]*setQueue              // one-scope groups, by scope key
@@ -353,13 +361,28 @@ func (q *ReadyQueue) Close() []*http.Request {
 	return reqs
 }
 
-// tryPop is TryPop with q.mu held.
+// tryPop is TryPop with q.mu held. The releases heard during an attempt
+// are taken when it ends; when they unpark a group (or free the global
+// cap) and nothing was popped, it tries again.
 func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, error) {
-	// A release from now on finds the hook armed and waits for mu, so it
-	// sees a group this attempt parks.
+	// A release from now on finds the hook armed, so it sees a group
+	// this attempt parks: in pending during the attempt, under mu after.
 	q.armed.Store(true)
 	defer func() { q.armed.Store(q.nParked > 0 || q.global) }()
+	for {
+		q.attempting.Store(true)
+		req, p, at, err := q.attempt(now)
+		q.attempting.Store(false) // before taking pending: see released
+		if !q.takeReleases("", false) || req != nil {
+			return req, p, at, err
+		}
+		now = q.m.clock.Now()
+	}
+}
 
+// attempt is one pass of tryPop: it moves the due waiting groups to
+// ready and asks the ready heads until one starts or none is left.
+func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, error) {
 	for len(q.waiting) > 0 && !q.waiting[0].readyAt.After(now) {
 		g := heap.Pop(&q.waiting).(*setQueue)
 		if g.state == setParked {
@@ -438,13 +461,54 @@ func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
 // permit the manager released (releasedPermit) and, with a Store, its
 // Watch function: a permit of the scope key was released, so the groups
 // parked on it may start, and so may a request the global cap refused.
+//
+// During an attempt (which holds mu, and may be the caller: a MaxHold
+// reclaim in its TryAcquire) it leaves key in pending and returns: the
+// attempt clears attempting, then takes pending. If attempting is clear
+// when looked at again, the attempt may have taken pending before key was
+// in it, so the hook takes it under mu itself.
 func (q *ReadyQueue) released(key string) {
 	if !q.armed.Load() {
 		return
 	}
+	has := true
+	if q.attempting.Load() {
+		q.pendMu.Lock()
+		q.pending = append(q.pending, key)
+		q.hasPending.Store(true)
+		q.pendMu.Unlock()
+		if q.attempting.Load() {
+			return
+		}
+		has = false // in pending
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	woke := q.global
+	if q.takeReleases(key, has) {
+		q.armed.Store(q.nParked > 0)
+		q.kick()
+	}
+}
+
+// takeReleases applies, q.mu held, the releases left in pending and, if
+// has, that of key: it unparks the groups parked on their scopes and
+// ends a refusal by the global cap. It reports whether either happened.
+func (q *ReadyQueue) takeReleases(key string, has bool) (woke bool) {
+	var keys []string
+	if q.hasPending.Load() { // nearly never: a release during an attempt
+		q.pendMu.Lock()
+		keys = q.pending
+		q.pending = nil
+		q.hasPending.Store(false)
+		q.pendMu.Unlock()
+	}
+	if has {
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 {
+		return false
+	}
+	woke = q.global
 	q.global = false
 	var now time.Time
 	unpark := func(g *setQueue) {
@@ -454,16 +518,15 @@ func (q *ReadyQueue) released(key string) {
 		q.unpark(g, now)
 		woke = true
 	}
-	if g := q.single[key]; g != nil && g.state == setParked {
-		unpark(g)
+	for _, key := range keys {
+		if g := q.single[key]; g != nil && g.state == setParked {
+			unpark(g)
+		}
+		for g := range q.parkedMulti[key] {
+			unpark(g)
+		}
 	}
-	for g := range q.parkedMulti[key] {
-		unpark(g)
-	}
-	if woke {
-		q.armed.Store(q.nParked > 0)
-		q.kick()
-	}
+	return woke
 }
 
 // groupOf returns the group of the scope set hs (sorted, as newPermit
