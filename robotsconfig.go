@@ -47,10 +47,12 @@ import (
 //
 // Failures never hold crawling up for long: a request waits at most
 // FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
-// (cached for TTL); a 5xx, a network error or a timeout means no new rules
-// this time (rules fetched before are kept) and the fetch is retried after
-// 1 minute, doubling per failure up to TTL. More than 5 redirects mean no
-// rules, as RFC 9309 allows.
+// (cached for TTL), except a 429, which is no answer yet: a 5xx, a 429, a
+// network error or a timeout mean no new rules this time (rules fetched
+// before are kept) and the fetch is retried after 1 minute, doubling per
+// failure up to TTL. More than 5 redirects mean no rules, as RFC 9309
+// allows; a redirect to a URL that is not http or https is a failure,
+// never sent.
 //
 // The Allow and Disallow rules are enforced only with Enforce: then
 // Acquire and the Transport return a *DisallowedError (errors.Is

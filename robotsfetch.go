@@ -60,6 +60,10 @@ func limitRedirects(req *http.Request, via []*http.Request) error {
 	if len(via) > maxRobotsRedirects {
 		return errTooManyRedirects
 	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		// Not for the base RoundTripper, which may serve file: URLs.
+		return fmt.Errorf("throttle: robots.txt: redirect to %s URL %s", req.URL.Scheme, req.URL.Redacted())
+	}
 	return nil
 }
 
@@ -445,8 +449,8 @@ func (c *robotsCache) end(e *robotsEntry) {
 }
 
 // get fetches and parses f's robots.txt with ctx. ok=false means a
-// failure to retry later; a 4xx or a redirect loop is ok with no rules
-// (nil).
+// failure to retry later (a 5xx, a 429, a network error or a timeout); a
+// 4xx or a redirect loop is ok with no rules (nil).
 func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.FetchTimeout)
 	defer cancel()
@@ -476,6 +480,10 @@ func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, 
 			return nil, false, err
 		}
 		return r, true, nil
+	case resp.StatusCode == http.StatusTooManyRequests:
+		// No answer yet, not "no robots.txt": as a 5xx (Google reads
+		// it so), else a site that rate-limits its robots.txt would
+		// lose its rules and its delay for TTL.
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		return nil, true, nil // unavailable: no rules
 	}
