@@ -101,8 +101,11 @@ type RobotsConfig struct {
 	// over http.DefaultTransport wrapped by the manager's Transport; both
 	// follow up to 5 redirects.
 	Client *http.Client
-	// MaxOrigins bounds the cache; beyond it, expired entries and then the
-	// oldest are dropped. Default 100000.
+	// MaxOrigins bounds the cache: beyond it the entries fetched longest
+	// ago are dropped (and fetched again when their origin is met again),
+	// at a cost that does not grow with the cache. Origins whose fetch is
+	// running are kept until it ends, so a burst of new origins may pass
+	// it for as long as their fetches run. Default 100000.
 	MaxOrigins int
 	// Enforce makes Acquire, the Transport and ReadyQueue refuse, with a
 	// *DisallowedError, a URL that its origin's robots.txt disallows for

@@ -24,6 +24,11 @@ type robotsFetchKey struct{}
 
 // robotsCache holds the robots.txt of each origin and the delay each host
 // scope got from it.
+//
+// Its bounds: at most MaxOrigins entries once their fetches ended (an
+// entry being fetched is never dropped), the oldest dropped first, at a
+// cost per drop that does not grow with the cache; their rules within
+// MaxBytes; a host's delay only while an origin of the host is cached.
 type robotsCache struct {
 	m      *ThrottlingManager
 	cfg    RobotsConfig
@@ -32,24 +37,38 @@ type robotsCache struct {
 	mu      sync.RWMutex
 	bytes   int64 // the cached rules' estimated size
 	origins map[origin]*robotsEntry
-	hosts   map[string]time.Duration
-	warned  map[string]bool
+	// oldest and newest end the list of the entries in the order they
+	// were filed (a fetch again files a new entry), which eviction reads
+	// from the oldest.
+	oldest, newest *robotsEntry
+	hosts          map[string]*robotsHost // by the host's scope key
+	warned         map[string]bool
+}
+
+// robotsHost is what the cache holds for a host scope: the delay its
+// robots.txt asks for, and how many cached origins have that host.
+type robotsHost struct {
+	delay   time.Duration
+	origins int
 }
 
 type robotsEntry struct {
+	key        origin
+	host       string // the scope key of key's host; "" when it has none
+	prev, next *robotsEntry
+
 	done     chan struct{}  // closed when the fetch in progress ends
 	notify   []func()       // called when it ends (watch), after done is closed
 	ready    bool           // a fetch has ended
 	robots   *robots.Robots // nil: no rules
 	expires  time.Time
-	failures int // fetches failed since the last success (5xx, network errors)
-	added    time.Time
+	failures int   // fetches failed since the last success (5xx, network errors)
 	size     int64 // the rules' HeapSize, counted in robotsCache.bytes
 }
 
 func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
 	c := &robotsCache{m: m, cfg: cfg, client: cfg.Client,
-		origins: map[origin]*robotsEntry{}, hosts: map[string]time.Duration{}, warned: map[string]bool{}}
+		origins: map[origin]*robotsEntry{}, hosts: map[string]*robotsHost{}, warned: map[string]bool{}}
 	if c.client == nil {
 		c.client = &http.Client{Transport: m.Transport(http.DefaultTransport), CheckRedirect: limitRedirects}
 	}
@@ -255,7 +274,7 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Ti
 		}
 		return true
 	}
-	ne := c.newEntryLocked(key, e, now)
+	ne := c.newEntryLocked(key, hostOf(req), e)
 	c.mu.Unlock()
 	run := c.start(ctx, req, key, ne, true)
 	select { // the fetch ends by FetchTimeout
@@ -266,16 +285,32 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Ti
 	return true
 }
 
-// newEntryLocked files a new entry for key, whose fetch the caller starts;
-// old is the expired entry it replaces, or nil.
-func (c *robotsCache) newEntryLocked(key origin, old *robotsEntry, now time.Time) *robotsEntry {
-	ne := &robotsEntry{done: make(chan struct{}), added: now}
-	if old != nil { // expired: keep its rules and failures until the new fetch ends
-		ne.robots, ne.failures = old.robots, old.failures
+// newEntryLocked files a new entry for key, of the host scope host (""
+// if none), whose fetch the caller starts; old is the expired entry it
+// replaces, or nil.
+func (c *robotsCache) newEntryLocked(key origin, host string, old *robotsEntry) *robotsEntry {
+	ne := &robotsEntry{key: key, host: host, done: make(chan struct{})}
+	if old == nil {
+		c.evictLocked(nil, 1)
+		c.fileLocked(ne)
+		return ne
 	}
-	c.evictLocked(now)
-	c.origins[key] = ne
+	// Expired: keep its rules and failures until the new fetch ends, and
+	// their size with them. Filed before old is dropped, so the host
+	// keeps its delay meanwhile.
+	ne.robots, ne.failures, ne.size = old.robots, old.failures, old.size
+	c.fileLocked(ne)
+	c.dropLocked(old)
 	return ne
+}
+
+// hostOf returns the scope key of req's host, "" if it has none.
+func hostOf(req *http.Request) string {
+	h, err := requestHost(req)
+	if err != nil {
+		return ""
+	}
+	return h
 }
 
 // robotsWatch is what watch found.
@@ -310,7 +345,7 @@ func (c *robotsCache) watch(ctx context.Context, req *http.Request, now time.Tim
 		c.mu.Unlock()
 		return robotsNeeded
 	}
-	ne := c.newEntryLocked(key, e, now)
+	ne := c.newEntryLocked(key, hostOf(req), e)
 	ne.notify = append(ne.notify, notify)
 	c.mu.Unlock()
 	c.start(ctx, req, key, ne, false)
@@ -425,7 +460,7 @@ func (c *robotsCache) record(f *robotsFetch, rules *robots.Robots, ok bool) (*ro
 		c.bytes -= e.size
 		e.size = rules.HeapSize()
 		c.bytes += e.size
-		c.trimLocked(f.key)
+		c.trimLocked(e)
 	} else {
 		e.failures++
 		retry := robotsFailureRetry << min(e.failures-1, 20)
@@ -440,6 +475,7 @@ func (c *robotsCache) end(e *robotsEntry) {
 	c.mu.Lock()
 	e.ready = true
 	close(e.done)
+	c.evictLocked(e, 0) // back within MaxOrigins after a burst
 	notify := e.notify
 	e.notify = nil
 	c.mu.Unlock()
@@ -494,10 +530,8 @@ func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, 
 // the host's scope if the manager holds one.
 func (c *robotsCache) setHostDelay(host string, d time.Duration) {
 	c.mu.Lock()
-	if d > 0 {
-		c.hosts[host] = d
-	} else {
-		delete(c.hosts, host)
+	if h := c.hosts[host]; h != nil { // the fetch's entry counts in it
+		h.delay = d
 	}
 	c.mu.Unlock()
 	sh := c.m.shardOf(host)
@@ -522,7 +556,14 @@ func (c *robotsCache) setHostDelay(host string, d time.Duration) {
 func (c *robotsCache) hostDelay(host string) time.Duration {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.hosts[host]
+	return c.hostDelayLocked(host)
+}
+
+func (c *robotsCache) hostDelayLocked(host string) time.Duration {
+	if h := c.hosts[host]; h != nil {
+		return h.delay
+	}
+	return 0
 }
 
 // robotsSetter is implemented by ScopeManagers that take a robots.txt
@@ -559,61 +600,80 @@ func (c *robotsCache) apply(s *scope, d time.Duration, cfg *ScopeConfig) (warn f
 	}
 }
 
-func (c *robotsCache) dropLocked(k origin, e *robotsEntry) {
-	delete(c.origins, k)
+// fileLocked adds e at the newest end of the cache.
+func (c *robotsCache) fileLocked(e *robotsEntry) {
+	c.origins[e.key] = e
+	e.prev, e.next = c.newest, nil
+	if c.newest != nil {
+		c.newest.next = e
+	} else {
+		c.oldest = e
+	}
+	c.newest = e
+	c.bytes += e.size
+	if e.host != "" {
+		h := c.hosts[e.host]
+		if h == nil {
+			h = &robotsHost{}
+			c.hosts[e.host] = h
+		}
+		h.origins++
+	}
+}
+
+// dropLocked removes e from the cache, and its host's delay with the
+// host's last cached origin (a scope made after that gets the delay from
+// the fetch its first request makes).
+func (c *robotsCache) dropLocked(e *robotsEntry) {
+	if c.origins[e.key] == e {
+		delete(c.origins, e.key)
+	}
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		c.oldest = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		c.newest = e.prev
+	}
+	e.prev, e.next = nil, nil
 	c.bytes -= e.size
+	if h := c.hosts[e.host]; h != nil {
+		if h.origins--; h.origins <= 0 {
+			delete(c.hosts, e.host)
+		}
+	}
 }
 
 // trimLocked keeps the cached rules within MaxBytes, dropping the oldest
 // ready entries other than keep (the one just fetched, which its caller
 // is about to use).
-func (c *robotsCache) trimLocked(keep origin) {
-	for c.cfg.MaxBytes > 0 && c.bytes > c.cfg.MaxBytes {
-		var oldestKey origin
-		var oldest *robotsEntry
-		for k, e := range c.origins {
-			if e.ready && k != keep && e.size > 0 && (oldest == nil || e.added.Before(oldest.added)) {
-				oldestKey, oldest = k, e
-			}
+func (c *robotsCache) trimLocked(keep *robotsEntry) {
+	for e := c.oldest; e != nil && c.cfg.MaxBytes > 0 && c.bytes > c.cfg.MaxBytes; {
+		next := e.next
+		if e.ready && e != keep && e.size > 0 {
+			c.dropLocked(e)
 		}
-		if oldest == nil {
-			return // only keep is left: one file over the budget is allowed
-		}
-		c.dropLocked(oldestKey, oldest)
+		e = next
 	}
+	// What is left over the budget is keep's: one file over it is allowed.
 }
 
-// evictLocked keeps the cache within MaxOrigins: expired entries first,
-// then the oldest.
-func (c *robotsCache) evictLocked(now time.Time) {
-	if c.cfg.MaxOrigins == 0 || len(c.origins) < c.cfg.MaxOrigins {
+// evictLocked keeps the cache within MaxOrigins with room more entries,
+// dropping the oldest whose fetch has ended, other than keep. Entries
+// being fetched are passed over: each costs a step until its fetch ends.
+func (c *robotsCache) evictLocked(keep *robotsEntry, room int) {
+	if c.cfg.MaxOrigins == 0 {
 		return
 	}
-	var oldestKey origin
-	var oldest time.Time
-	found := false
-	for k, e := range c.origins {
-		if !e.ready {
-			continue
+	for e := c.oldest; e != nil && len(c.origins)+room > c.cfg.MaxOrigins; {
+		next := e.next
+		if e.ready && e != keep {
+			c.dropLocked(e)
 		}
-		if !now.Before(e.expires) {
-			c.dropLocked(k, e)
-			continue
-		}
-		if !found || e.added.Before(oldest) {
-			oldestKey, oldest, found = k, e.added, true
-		}
-	}
-	if len(c.origins) >= c.cfg.MaxOrigins && found {
-		c.dropLocked(oldestKey, c.origins[oldestKey])
-	}
-	if len(c.hosts) > c.cfg.MaxOrigins {
-		for h := range c.hosts {
-			delete(c.hosts, h)
-			if len(c.hosts) <= c.cfg.MaxOrigins {
-				break
-			}
-		}
+		e = next
 	}
 }
 

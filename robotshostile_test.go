@@ -42,6 +42,44 @@ func (s *hostsSite) fetchesOf(host string) int {
 	return n
 }
 
+// TestHostileRobotsRefetchKeepsTheBudget: an origin's robots.txt fetched
+// again after its TTL kept its old rules' size counted in the cache's
+// budget (Robots.MaxBytes) and counted the new rules on top: each refetch
+// leaked the file's size, until the budget looked spent and every new
+// fetch dropped every other origin's rules (fetched again when next
+// met). Here 5 refetches of a, then b and c: with MaxBytes room for 3
+// files, b must stay cached.
+func TestHostileRobotsRefetchKeepsTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sb strings.Builder
+		sb.WriteString("User-agent: *\n")
+		for i := range 200 {
+			fmt.Fprintf(&sb, "Disallow: /private/%d/\n", i)
+		}
+		txt := sb.String()
+		size := robots.ParseBytes([]byte(txt)).HeapSize()
+		site := &hostsSite{def: hostRobots{txt: txt}}
+		m := robotsManager(t, func(c *Config) {
+			c.Robots.TTL = time.Hour
+			c.Robots.MaxBytes = 3*size + size/2
+		})
+		client := &http.Client{Transport: m.Transport(site)}
+		fetchPage(t, client, "http://a.example/", "")
+		for range 5 {
+			time.Sleep(time.Hour + time.Minute)
+			fetchPage(t, client, "http://a.example/", "")
+		}
+		assert.Equal(t, 6, site.fetchesOf("a.example"))
+		fetchPage(t, client, "http://b.example/", "")
+		fetchPage(t, client, "http://c.example/", "")
+		fetchPage(t, client, "http://b.example/again", "")
+		assert.Equal(t, 1, site.fetchesOf("b.example"), "b's rules were kept: the budget has room for them")
+		counted, sum := robotsBytes(m.robots)
+		assert.Equal(t, sum, counted, "the budget counts each cached file once")
+		assert.Equal(t, 3*size, counted)
+	})
+}
+
 // TestHostileRobots429: a robots.txt answered 429 (Too Many Requests) was
 // taken as "no robots.txt" (a 4xx: everything allowed, no Crawl-delay)
 // and cached for the whole TTL, a day: a site that rate-limits its
@@ -208,4 +246,74 @@ func TestHostileRobotsRedirects(t *testing.T) {
 			assert.True(t, de.Unreachable, host)
 		}
 	})
+}
+
+// TestHostileRobotsManyOrigins: a burst of 500 new origins at once, their
+// robots.txt taking 1 s each, with Robots.MaxOrigins 50. Entries being
+// fetched cannot be dropped, so the cache holds all 500 meanwhile; once
+// the fetches end it is back within MaxOrigins, and so are the recorded
+// host delays (it used to stay at 500, one dropped per new origin, and
+// the delays were dropped at random, even a cached origin's). The callers
+// all get their pages, each origin's robots.txt fetched once.
+func TestHostileRobotsManyOrigins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, maxOrigins = 500, 50
+		site := &hostsSite{def: hostRobots{txt: "User-agent: *\nCrawl-delay: 1\nDisallow: /x\n", latency: time.Second}}
+		m := robotsManager(t, func(c *Config) {
+			c.Robots.MaxOrigins = maxOrigins
+			// Not the global cap's test: behind GlobalConcurrency 16 most
+			// fetches would time out waiting their turn (FetchTimeout
+			// counts the wait in the throttle).
+			c.GlobalConcurrency = 2 * n
+		})
+		client := &http.Client{Transport: m.Transport(site)}
+		workers(n, n, func(i int) { fetchPage(t, client, fmt.Sprintf("http://h%03d.example/", i), "") })
+		c := m.robots
+		c.mu.RLock()
+		origins, hosts := len(c.origins), len(c.hosts)
+		c.mu.RUnlock()
+		assert.LessOrEqual(t, origins, maxOrigins, "origins cached once the burst is over")
+		assert.LessOrEqual(t, hosts, origins, "host delays recorded")
+		counted, sum := robotsBytes(c)
+		assert.Equal(t, sum, counted)
+		assert.Equal(t, n, len(site.robotsOrder), "one fetch per origin")
+		assert.Equal(t, 2*n, len(site.saw()))
+
+		// The delays kept are those of the origins kept.
+		c.mu.RLock()
+		for k := range c.origins {
+			assert.Equal(t, time.Second, c.hostDelayLocked(k.host), k.host)
+		}
+		c.mu.RUnlock()
+	})
+}
+
+// BenchmarkRobotsCacheNewOrigin: the cost of meeting a new origin when the
+// cache is full (Robots.MaxOrigins origins cached), at 2,000 and at
+// 100,000: the oldest is dropped, whatever the size.
+func BenchmarkRobotsCacheNewOrigin(b *testing.B) {
+	for _, size := range []int{2000, 100000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Robots.MaxOrigins = size
+			m, err := New(cfg)
+			require.NoError(b, err)
+			c := m.robots
+			now := time.Unix(1e9, 0)
+			add := func(i int) {
+				h := fmt.Sprintf("h%d.example", i)
+				c.mu.Lock()
+				e := c.newEntryLocked(origin{host: h}, h, nil)
+				e.ready, e.expires = true, now.Add(time.Hour)
+				c.mu.Unlock()
+			}
+			for i := range size {
+				add(i)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				add(size + i)
+			}
+		})
+	}
 }
