@@ -34,7 +34,7 @@ import (
 // request's context, else Config.Scoper) and files it in the group of
 // requests with the same scope set: one group per host with HostScope.
 // A group keeps its requests in order (priority, then push order), and
-// only its head is ever asked, with TryAcquire. A group is in one of three
+// only its head is ever asked, with TryAcquire. A group is in one of four
 // places:
 //
 //   - ready: a heap in the order above, of the groups whose head may start
@@ -45,7 +45,9 @@ import (
 //     in Acquire ahead of it): it moves to ready when a permit of one of
 //     its scopes is released, by this queue's workers or by anyone else
 //     (behind Acquire callers, also after a second: one that gives up
-//     releases nothing).
+//     releases nothing);
+//   - aside: its head waits for its origin's robots.txt (see below): it
+//     moves to ready when the fetch ends.
 //
 // A pop moves the waiting groups that are due to ready and asks the best
 // ready head; a refusal moves that group to waiting or parked and the
@@ -75,8 +77,8 @@ import (
 //
 // With Config.Robots on, the queue is as polite as Acquire. Before it
 // asks a request's scopes, it makes sure the request's origin has a fresh
-// robots.txt; if not, the group steps aside (a fourth place) while the
-// robots.txt is fetched, as Acquire fetches it (Robots.Client, else
+// robots.txt; if not, the group steps aside while the robots.txt is
+// fetched, as Acquire fetches it (Robots.Client, else
 // http.DefaultTransport through the manager's Transport), and comes back
 // to ready when the fetch ends: the requests of other hosts go on
 // meanwhile, Pop hands them out. A fetch some Acquire caller started is
