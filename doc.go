@@ -78,9 +78,10 @@
 // # robots.txt
 //
 // With Config.Robots on (the default), the first request to an origin
-// through Acquire or the Transport fetches its robots.txt, once, through
-// the throttle, and caches it for a day. A Crawl-delay or Request-rate
-// sets the host's scope to one request at a time at that delay. The fetch
+// through Acquire, the Transport or a ReadyQueue fetches its robots.txt,
+// once, through the throttle, and caches it for a day. A Crawl-delay or
+// Request-rate sets the host's scope to one request at a time at that
+// delay, a floor that jitter only lengthens. The fetch
 // is the manager's, not a page: Stats counts it in Counts.Robots, apart
 // from Requests and Responses, and the hooks' events mark it (Robots,
 // with its URL). It holds a slot while it runs and the scope learns from
@@ -88,8 +89,8 @@
 // first page starts as soon as robots.txt is in, unless robots.txt asks
 // for a delay (then the first page waits that delay after the fetch), its
 // answer was a 429 or 503, or the host is backing off. The Allow and Disallow rules are enforced
-// only with RobotsConfig.Enforce: Acquire and the Transport then refuse a
-// disallowed URL with a *DisallowedError before sending it, and every URL
+// only with RobotsConfig.Enforce: Acquire, the Transport and a ReadyQueue
+// then refuse a disallowed URL with a *DisallowedError before sending it, and every URL
 // of an origin whose robots.txt is unreachable (a 5xx, a network error),
 // as RFC 9309 requires. Otherwise check them with RobotsFor. See
 // RobotsConfig.

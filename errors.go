@@ -56,6 +56,11 @@ var (
 
 	// ErrImport is wrapped by every error Import returns about its input.
 	ErrImport = errors.New("throttle: cannot import learned state")
+
+	// ErrQueueClosed is returned by a ReadyQueue's Push, Pop and TryPop
+	// once the queue is closed (ReadyQueue.Close), by a Pop blocked at
+	// the time too.
+	ErrQueueClosed = errors.New("throttle: ready queue closed")
 )
 
 // A ConfigError names the configuration field that is invalid and why. The

@@ -1,9 +1,11 @@
 package throttle
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +34,7 @@ import (
 // request's context, else Config.Scoper) and files it in the group of
 // requests with the same scope set: one group per host with HostScope.
 // A group keeps its requests in order (priority, then push order), and
-// only its head is ever asked, with TryAcquire. A group is in one of three
+// only its head is ever asked, with TryAcquire. A group is in one of four
 // places:
 //
 //   - ready: a heap in the order above, of the groups whose head may start
@@ -43,7 +45,9 @@ import (
 //     in Acquire ahead of it): it moves to ready when a permit of one of
 //     its scopes is released, by this queue's workers or by anyone else
 //     (behind Acquire callers, also after a second: one that gives up
-//     releases nothing).
+//     releases nothing);
+//   - aside: its head waits for its origin's robots.txt (see below): it
+//     moves to ready when the fetch ends.
 //
 // A pop moves the waiting groups that are due to ready and asks the best
 // ready head; a refusal moves that group to waiting or parked and the
@@ -65,11 +69,44 @@ import (
 // heard through a small hook in the manager's release path, which costs
 // an atomic load when nothing waits for one.
 //
-// Like TryAcquire, the queue never fetches robots.txt: call
-// ThrottlingManager.RobotsFor when you first meet a host. With a
-// Config.Store, releases in other processes unpark groups through
+// With a Config.Store, releases in other processes unpark groups through
 // Store.Watch; every attempt is then a round trip, and a queue makes one
 // at a time.
+//
+// # robots.txt
+//
+// With Config.Robots on, the queue is as polite as Acquire. Before it
+// asks a request's scopes, it makes sure the request's origin has a fresh
+// robots.txt; if not, the group steps aside while the robots.txt is
+// fetched, as Acquire fetches it (Robots.Client, else
+// http.DefaultTransport through the manager's Transport), and comes back
+// to ready when the fetch ends: the requests of other hosts go on
+// meanwhile, Pop hands them out. A fetch some Acquire caller started is
+// waited for, not repeated. The fetch is a request of the host's scope,
+// so the robots.txt delay (Crawl-delay, Request-rate) holds the origin's
+// first request as it holds the next ones.
+//
+// A fetch runs on a goroutine of its own, one per origin at a time, and
+// ends within Robots.FetchTimeout. A queue runs at most
+// max(1, Config.GlobalConcurrency/2) of them at once (a fetch holds a
+// place in GlobalConcurrency: the bound leaves the other half to the
+// requests); origins met beyond that wait, in the order they were met,
+// for one to end. So the queue adds at most that many goroutines, however
+// many requests and hosts it holds; Pop, Push and TryPop start none.
+//
+// Under Robots.Enforce a request that its origin's robots.txt disallows,
+// or any request of an origin whose robots.txt is unreachable, is never
+// admitted: Pop and TryPop return it, removed from the queue, with a nil
+// Permit and a *DisallowedError (errors.Is ErrDisallowed) that names its
+// URL, and the request itself is the first result, so the caller knows
+// which one it was. The queue goes on with the others; the next Pop gives
+// the next request.
+//
+// # Closing
+//
+// Close ends the queue: it returns the requests still queued, and every
+// Push, Pop and TryPop after it (and every Pop blocked in it) returns
+// ErrQueueClosed.
 //
 // A ReadyQueue is safe for concurrent use by multiple goroutines. It is
 // tied to its manager, which tells it about releases, for the manager's
@@ -81,6 +118,14 @@ type ReadyQueue struct {
 	// the global cap refused, or an attempt is under way (which may be
 	// about to park one). Written under mu; read by the hook without it.
 	armed atomic.Bool
+	// attempting says an attempt holds mu and asks TryAcquire, which may
+	// release permits on the same goroutine (MaxHold reclaims them): the
+	// hook then leaves the scope key in pending, for the attempt to take
+	// when it ends, instead of waiting for mu (see released).
+	attempting atomic.Bool
+	hasPending atomic.Bool // pending is not empty; set and cleared under pendMu
+	pendMu     sync.Mutex
+	pending    []string
 
 	mu          sync.Mutex
 	single      map[string]*setQueue              // one-scope groups, by scope key
@@ -94,6 +139,15 @@ type ReadyQueue struct {
 	seq         uint64 // push order
 	poppers     popperList
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
+	closed      bool
+
+	// robots.txt (robots nil: handling off): see robotsHeld.
+	robots       *robotsCache
+	robotsMax    int                    // fetches the queue may run at once
+	robotsOwn    int                    // fetches it started that have not ended
+	robotsMine   map[origin]bool        // their origins
+	robotsWait   map[origin][]*setQueue // groups whose head waits for its origin's fetch
+	robotsQueued []*setQueue            // groups whose head waits for a fetch to start, FIFO
 }
 
 // NewReadyQueue returns an empty queue whose requests are admitted by m.
@@ -103,6 +157,10 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		single:      make(map[string]*setQueue),
 		multi:       make(map[string]*setQueue),
 		parkedMulti: make(map[string]map[*setQueue]struct{}),
+		robots:      m.robots,
+		robotsMax:   max(1, m.cfg.GlobalConcurrency/2),
+		robotsMine:  make(map[origin]bool),
+		robotsWait:  make(map[origin][]*setQueue),
 	}
 	// Before the queue's first attempt: see observers.go.
 	m.obs.subscribeReleased(rankQueues, q.releasedPermit)
@@ -115,8 +173,8 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 // Push adds req with a priority: among requests that can start at once,
 // higher priorities go first. It returns an error, and keeps nothing,
 // when req's scopes cannot be resolved (the errors of Acquire: no host, a
-// Scoper error ...). The queue keeps req itself: don't change it until it
-// is popped.
+// Scoper error ...), and ErrQueueClosed once the queue is closed. The
+// queue keeps req itself: don't change it until it is popped.
 func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	if req == nil {
 		return ErrNilRequest
@@ -128,6 +186,12 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	}
 	e := entry{req: req, prio: priority}
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		*p = Permit{}
+		unusedPermits.Put(p)
+		return ErrQueueClosed
+	}
 	g := q.groupOf(p.scopes)
 	if len(g.keys) == 1 {
 		e.cost = p.scopes[0].cost
@@ -163,10 +227,15 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 //
 // A request that cannot be admitted at all is removed and returned with a
 // nil Permit and the error: its context's error once its context has
-// ended, or TryAcquire's (a Store failure, a Scoper error).
+// ended, a *DisallowedError under Robots.Enforce, or TryAcquire's (a
+// Store failure, a Scoper error). Once the queue is closed it returns
+// ErrQueueClosed.
 func (q *ReadyQueue) TryPop() (*http.Request, *Permit, time.Time, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return nil, nil, time.Time{}, ErrQueueClosed
+	}
 	req, p, at, err := q.tryPop(q.m.clock.Now())
 	q.kick()
 	return req, p, at, err
@@ -177,7 +246,8 @@ func (q *ReadyQueue) TryPop() (*http.Request, *Permit, time.Time, error) {
 // ctx's error when ctx ends first (at its deadline, whatever the ready
 // times: a Push may bring a request that can start before it), leaving
 // the queue as it was. Like TryPop, it returns a request that cannot be
-// admitted at all with a nil Permit and the error.
+// admitted at all with a nil Permit and the error. It returns
+// ErrQueueClosed once the queue is closed, at once if it was blocked.
 //
 // Callers wait in arrival order; Pop costs no goroutine, and the first
 // waiting caller holds the only timer.
@@ -196,6 +266,13 @@ func (q *ReadyQueue) Pop(ctx context.Context) (*http.Request, *Permit, error) {
 	}()
 	for {
 		q.mu.Lock()
+		if q.closed {
+			if me != nil {
+				q.leave(me)
+			}
+			q.mu.Unlock()
+			return nil, nil, ErrQueueClosed
+		}
 		now := q.m.clock.Now()
 		req, p, at, err := q.tryPop(now)
 		if req != nil {
@@ -244,13 +321,70 @@ func (q *ReadyQueue) Len() int {
 	return q.n
 }
 
-// tryPop is TryPop with q.mu held.
+// Close closes the queue and returns the requests it still held, in the
+// order they were pushed, or nil when it was closed already: they were
+// never admitted and hold nothing, so they may be saved, or pushed into
+// another queue. From then on Push, Pop and TryPop return ErrQueueClosed,
+// and every Pop blocked in the queue returns it at once. The permits
+// popped before are the callers', released as usual.
+//
+// Close is idempotent and safe to call at any time from any goroutine.
+// The queue has no goroutine of its own to stop; the robots.txt fetches
+// it started go on (each ends within Robots.FetchTimeout) and are cached
+// for the manager. A closed queue still hears of the manager's releases,
+// for an atomic load each.
+func (q *ReadyQueue) Close() []*http.Request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	var held []entry
+	for _, g := range q.single {
+		held = append(held, g.entries...)
+	}
+	for _, g := range q.multi {
+		held = append(held, g.entries...)
+	}
+	slices.SortFunc(held, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	reqs := make([]*http.Request, len(held))
+	for i := range held {
+		reqs[i] = held[i].req
+	}
+	q.single, q.multi, q.parkedMulti = nil, nil, nil
+	q.ready, q.waiting = nil, nil
+	q.robotsWait, q.robotsQueued = nil, nil
+	q.nParked, q.n, q.global = 0, 0, false
+	q.armed.Store(false)
+	for p := q.poppers.head; p != nil; p = p.next {
+		p.signal()
+	}
+	return reqs
+}
+
+// tryPop is TryPop with q.mu held. The releases heard during an attempt
+// are taken when it ends; when they unpark a group (or free the global
+// cap) and nothing was popped, it tries again.
 func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, error) {
-	// A release from now on finds the hook armed and waits for mu, so it
-	// sees a group this attempt parks.
+	// A release from now on finds the hook armed, so it sees a group
+	// this attempt parks: in pending during the attempt, under mu after.
 	q.armed.Store(true)
 	defer func() { q.armed.Store(q.nParked > 0 || q.global) }()
+	for {
+		q.attempting.Store(true)
+		req, p, at, err := q.attempt(now)
+		q.attempting.Store(false) // before taking pending: see released
+		if !q.takeReleases("", false) || req != nil {
+			return req, p, at, err
+		}
+		now = q.m.clock.Now()
+	}
+}
 
+// attempt is one pass of tryPop: it moves the due waiting groups to
+// ready and asks the ready heads until one starts or none is left.
+func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, error) {
 	for len(q.waiting) > 0 && !q.waiting[0].readyAt.After(now) {
 		g := heap.Pop(&q.waiting).(*setQueue)
 		if g.state == setParked {
@@ -265,6 +399,18 @@ func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, e
 		if err := req.Context().Err(); err != nil {
 			q.removeHead(g, now)
 			return req, nil, time.Time{}, err
+		}
+		if q.robots != nil {
+			if q.robotsHeld(g, now) {
+				heap.Pop(&q.ready)
+				continue
+			}
+			if q.robots.cfg.Enforce {
+				if err := q.robots.enforce(req); err != nil {
+					q.removeHead(g, now)
+					return req, nil, time.Time{}, err
+				}
+			}
 		}
 		p, adm, err := q.m.TryAcquire(req)
 		switch {
@@ -317,13 +463,54 @@ func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
 // permit the manager released (releasedPermit) and, with a Store, its
 // Watch function: a permit of the scope key was released, so the groups
 // parked on it may start, and so may a request the global cap refused.
+//
+// During an attempt (which holds mu, and may be the caller: a MaxHold
+// reclaim in its TryAcquire) it leaves key in pending and returns: the
+// attempt clears attempting, then takes pending. If attempting is clear
+// when looked at again, the attempt may have taken pending before key was
+// in it, so the hook takes it under mu itself.
 func (q *ReadyQueue) released(key string) {
 	if !q.armed.Load() {
 		return
 	}
+	has := true
+	if q.attempting.Load() {
+		q.pendMu.Lock()
+		q.pending = append(q.pending, key)
+		q.hasPending.Store(true)
+		q.pendMu.Unlock()
+		if q.attempting.Load() {
+			return
+		}
+		has = false // in pending
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	woke := q.global
+	if q.takeReleases(key, has) {
+		q.armed.Store(q.nParked > 0)
+		q.kick()
+	}
+}
+
+// takeReleases applies, q.mu held, the releases left in pending and, if
+// has, that of key: it unparks the groups parked on their scopes and
+// ends a refusal by the global cap. It reports whether either happened.
+func (q *ReadyQueue) takeReleases(key string, has bool) (woke bool) {
+	var keys []string
+	if q.hasPending.Load() { // nearly never: a release during an attempt
+		q.pendMu.Lock()
+		keys = q.pending
+		q.pending = nil
+		q.hasPending.Store(false)
+		q.pendMu.Unlock()
+	}
+	if has {
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 {
+		return false
+	}
+	woke = q.global
 	q.global = false
 	var now time.Time
 	unpark := func(g *setQueue) {
@@ -333,16 +520,15 @@ func (q *ReadyQueue) released(key string) {
 		q.unpark(g, now)
 		woke = true
 	}
-	if g := q.single[key]; g != nil && g.state == setParked {
-		unpark(g)
+	for _, key := range keys {
+		if g := q.single[key]; g != nil && g.state == setParked {
+			unpark(g)
+		}
+		for g := range q.parkedMulti[key] {
+			unpark(g)
+		}
 	}
-	for g := range q.parkedMulti[key] {
-		unpark(g)
-	}
-	if woke {
-		q.armed.Store(q.nParked > 0)
-		q.kick()
-	}
+	return woke
 }
 
 // groupOf returns the group of the scope set hs (sorted, as newPermit
@@ -386,6 +572,7 @@ func setKey(hs []held) string {
 // removeHead takes g's head out of the queue; g is at the top of ready.
 func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 	g.entries.pop()
+	g.robotsHas = false // the next head checks its origin's robots.txt again
 	q.n--
 	if len(g.entries) > 0 {
 		q.rank(g, now)
@@ -488,6 +675,72 @@ func (q *ReadyQueue) unpark(g *setQueue, now time.Time) {
 		}
 	}
 	q.makeReady(g, now)
+}
+
+// robotsHeld reports whether g's head must wait for its origin's
+// robots.txt (g is at the top of ready; the caller takes it out), and then
+// files g where the fetch's end finds it: in robotsWait under the origin,
+// when a fetch runs (the queue's own, started now, or anyone's), or in
+// robotsQueued when the queue runs robotsMax fetches already. The head
+// waits for one fetch: once that ended (robotsFetched) it goes on, fresh
+// rules or not (a failed fetch, an entry evicted since: Enforce then
+// refuses it as unreachable), so no request is held by a fetch twice.
+func (q *ReadyQueue) robotsHeld(g *setQueue, now time.Time) bool {
+	req := g.entries[0].req
+	key, ok := originOf(req)
+	if !ok || g.robotsHas && g.robotsOK == key {
+		return false
+	}
+	if w, waiting := q.robotsWait[key]; waiting { // subscribed already
+		q.robotsWait[key] = append(w, g)
+		g.state = setRobots
+		return true
+	}
+	switch q.robots.watch(req.Context(), req, now, func() { q.robotsFetched(key) }, q.robotsOwn < q.robotsMax) {
+	case robotsFresh:
+		return false
+	case robotsStarted:
+		q.robotsOwn++
+		q.robotsMine[key] = true
+		q.robotsWait[key] = append(q.robotsWait[key], g)
+	case robotsPending:
+		q.robotsWait[key] = append(q.robotsWait[key], g)
+	default: // robotsNeeded
+		q.robotsQueued = append(q.robotsQueued, g)
+	}
+	g.state = setRobots
+	return true
+}
+
+// robotsFetched is called on the fetch's goroutine when the robots.txt
+// fetch of key that the queue waits for ends: the groups waiting for it
+// are ready, and, if the fetch was the queue's, the next queued origins'
+// fetches may start.
+func (q *ReadyQueue) robotsFetched(key origin) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.robotsMine[key] {
+		delete(q.robotsMine, key)
+		q.robotsOwn--
+	}
+	if q.closed {
+		return
+	}
+	now := q.m.clock.Now()
+	for _, g := range q.robotsWait[key] {
+		g.robotsOK, g.robotsHas = key, true
+		q.makeReady(g, now)
+	}
+	delete(q.robotsWait, key)
+	for len(q.robotsQueued) > 0 && q.robotsOwn < q.robotsMax {
+		g := q.robotsQueued[0]
+		q.robotsQueued[0] = nil
+		q.robotsQueued = q.robotsQueued[1:]
+		if !q.robotsHeld(g, now) {
+			q.makeReady(g, now)
+		}
+	}
+	q.kick()
 }
 
 // kick wakes the first waiting caller if it has something to do: a ready

@@ -22,6 +22,11 @@ type setQueue struct {
 	idx     int       // in ready or waiting; -1 in neither
 	readyAt time.Time // in waiting: when to ask again
 
+	// robotsOK is the origin whose robots.txt fetch the head waited
+	// for, if robotsHas: the head goes on without looking again.
+	robotsOK  origin
+	robotsHas bool
+
 	// the head's rank among ready groups
 	prio    int
 	share   float64
@@ -35,6 +40,7 @@ const (
 	setReady
 	setWaiting
 	setParked
+	setRobots // the head waits for its origin's robots.txt (ReadyQueue.robotsHeld)
 )
 
 // entry is one queued request.

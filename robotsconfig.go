@@ -14,13 +14,17 @@ import (
 // has it on. A manager reads its RobotsConfig once, at New.
 //
 // On the first request to an origin (scheme, host and port) through
-// Acquire or the Transport, its /robots.txt is fetched once, through the
-// throttle itself (it is a request in the host's scope), and cached for
-// TTL; concurrent first requests share the one fetch. The fetch is no
+// Acquire, the Transport or a ReadyQueue, its /robots.txt is fetched once,
+// through the throttle itself (it is a request in the host's scope), and
+// cached for TTL; concurrent first requests share the one fetch. The fetch is no
 // caller's: a caller whose context ends stops waiting for it, with its
 // context's error, and the fetch goes on for the others. A valid Crawl-delay
 // or Request-rate for the user agent sets the host's scope to Concurrency 1
-// and Delay = min(value, MaxDelay); it never lowers a configured delay. On
+// and Delay = min(value, MaxDelay); it never lowers a configured delay.
+// That delay is a floor: with the default ScopeManager no two starts in
+// the scope are closer than it, whatever Jitter draws (jitter only
+// lengthens the gap), on every path that admits requests (with a Store,
+// from the first page after the robots.txt fetch on). On
 // a scope configured explicitly (Config.Scopes or ScopeConfigFunc) the
 // configuration wins and one warning names both values, unless the scope
 // sets IgnoreRobotsTxt, which silences robots.txt altogether.
@@ -43,24 +47,29 @@ import (
 //
 // Failures never hold crawling up for long: a request waits at most
 // FetchTimeout for its origin's robots.txt. A 4xx answer means no rules
-// (cached for TTL); a 5xx, a network error or a timeout means no new rules
-// this time (rules fetched before are kept) and the fetch is retried after
-// 1 minute, doubling per failure up to TTL. More than 5 redirects mean no
-// rules, as RFC 9309 allows.
+// (cached for TTL), except a 429, which is no answer yet: a 5xx, a 429, a
+// network error or a timeout mean no new rules this time (rules fetched
+// before are kept) and the fetch is retried after 1 minute, doubling per
+// failure up to TTL. More than 5 redirects mean no rules, as RFC 9309
+// allows; a redirect to a URL that is not http or https is a failure,
+// never sent.
 //
 // The Allow and Disallow rules are enforced only with Enforce: then
 // Acquire and the Transport return a *DisallowedError (errors.Is
 // ErrDisallowed) for a URL the rules disallow for UserAgent, before the
-// request is sent and without taking a slot; robots.txt itself is never
-// refused. An origin whose robots.txt could not be fetched (a 5xx, a
+// request is sent and without taking a slot, and a ReadyQueue's Pop and
+// TryPop return the request with that error instead of a Permit;
+// robots.txt itself is never refused. An origin whose robots.txt could not be fetched (a 5xx, a
 // network error, a timeout) and has no earlier copy disallows every URL,
 // as RFC 9309 2.3.1.4 requires, until a fetch succeeds: its URLs get a
 // *DisallowedError with Unreachable set and RetryAt. A 4xx robots.txt
 // allows everything. Without Enforce, check the rules yourself with
 // RobotsFor.
 //
-// TryAcquire, and so ReadyQueue, never fetch robots.txt and never
-// enforce it: call RobotsFor and check Allowed before queueing a URL.
+// TryAcquire never fetches robots.txt and never enforces it: call
+// RobotsFor and check Allowed before trying a URL. A ReadyQueue, built on
+// TryAcquire, fetches and enforces it itself, without blocking: see
+// ReadyQueue.
 //
 // The delay applies to the scope whose key is the request's host, so it
 // has an effect with HostScope and scopers that include the host.
@@ -92,10 +101,13 @@ type RobotsConfig struct {
 	// over http.DefaultTransport wrapped by the manager's Transport; both
 	// follow up to 5 redirects.
 	Client *http.Client
-	// MaxOrigins bounds the cache; beyond it, expired entries and then the
-	// oldest are dropped. Default 100000.
+	// MaxOrigins bounds the cache: beyond it the entries fetched longest
+	// ago are dropped (and fetched again when their origin is met again),
+	// at a cost that does not grow with the cache. Origins whose fetch is
+	// running are kept until it ends, so a burst of new origins may pass
+	// it for as long as their fetches run. Default 100000.
 	MaxOrigins int
-	// Enforce makes Acquire and the Transport refuse, with a
+	// Enforce makes Acquire, the Transport and ReadyQueue refuse, with a
 	// *DisallowedError, a URL that its origin's robots.txt disallows for
 	// UserAgent, or any URL of an origin whose robots.txt is unreachable
 	// (see above). Default (and zero value) false: the rules are only

@@ -24,6 +24,11 @@ type robotsFetchKey struct{}
 
 // robotsCache holds the robots.txt of each origin and the delay each host
 // scope got from it.
+//
+// Its bounds: at most MaxOrigins entries once their fetches ended (an
+// entry being fetched is never dropped), the oldest dropped first, at a
+// cost per drop that does not grow with the cache; their rules within
+// MaxBytes; a host's delay only while an origin of the host is cached.
 type robotsCache struct {
 	m      *ThrottlingManager
 	cfg    RobotsConfig
@@ -32,23 +37,38 @@ type robotsCache struct {
 	mu      sync.RWMutex
 	bytes   int64 // the cached rules' estimated size
 	origins map[origin]*robotsEntry
-	hosts   map[string]time.Duration
-	warned  map[string]bool
+	// oldest and newest end the list of the entries in the order they
+	// were filed (a fetch again files a new entry), which eviction reads
+	// from the oldest.
+	oldest, newest *robotsEntry
+	hosts          map[string]*robotsHost // by the host's scope key
+	warned         map[string]bool
+}
+
+// robotsHost is what the cache holds for a host scope: the delay its
+// robots.txt asks for, and how many cached origins have that host.
+type robotsHost struct {
+	delay   time.Duration
+	origins int
 }
 
 type robotsEntry struct {
+	key        origin
+	host       string // the scope key of key's host; "" when it has none
+	prev, next *robotsEntry
+
 	done     chan struct{}  // closed when the fetch in progress ends
+	notify   []func()       // called when it ends (watch), after done is closed
 	ready    bool           // a fetch has ended
 	robots   *robots.Robots // nil: no rules
 	expires  time.Time
-	failures int // fetches failed since the last success (5xx, network errors)
-	added    time.Time
+	failures int   // fetches failed since the last success (5xx, network errors)
 	size     int64 // the rules' HeapSize, counted in robotsCache.bytes
 }
 
 func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
 	c := &robotsCache{m: m, cfg: cfg, client: cfg.Client,
-		origins: map[origin]*robotsEntry{}, hosts: map[string]time.Duration{}, warned: map[string]bool{}}
+		origins: map[origin]*robotsEntry{}, hosts: map[string]*robotsHost{}, warned: map[string]bool{}}
 	if c.client == nil {
 		c.client = &http.Client{Transport: m.Transport(http.DefaultTransport), CheckRedirect: limitRedirects}
 	}
@@ -58,6 +78,10 @@ func newRobotsCache(m *ThrottlingManager, cfg RobotsConfig) *robotsCache {
 func limitRedirects(req *http.Request, via []*http.Request) error {
 	if len(via) > maxRobotsRedirects {
 		return errTooManyRedirects
+	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		// Not for the base RoundTripper, which may serve file: URLs.
+		return fmt.Errorf("throttle: robots.txt: redirect to %s URL %s", req.URL.Scheme, req.URL.Redacted())
 	}
 	return nil
 }
@@ -204,6 +228,22 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 	return e != nil && e.ready && now.Before(e.expires)
 }
 
+// lockStale returns key's entry at now, with c.mu locked, unless it is
+// fresh (fresh true, c.mu not held): nil, an entry whose fetch is in
+// progress (not ready) or an expired one.
+func (c *robotsCache) lockStale(key origin, now time.Time) (e *robotsEntry, fresh bool) {
+	if c.fresh(key, now) { // the common case, under the read lock
+		return nil, true
+	}
+	c.mu.Lock()
+	e = c.origins[key]
+	if e != nil && e.ready && now.Before(e.expires) {
+		c.mu.Unlock()
+		return nil, true
+	}
+	return e, false
+}
+
 // ensure makes sure req's origin has a robots.txt that is fresh or being
 // fetched, starting the fetch if no one else has, and waits for it as long
 // as ctx allows (a caller that did not start it, at most FetchTimeout). The
@@ -215,14 +255,12 @@ func (c *robotsCache) fresh(key origin, now time.Time) bool {
 // the caller checks).
 func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Time) (waited bool) {
 	key, ok := originOf(req)
-	if !ok || c.fresh(key, now) {
+	if !ok {
 		return false
 	}
-	c.mu.Lock()
-	e := c.origins[key]
+	e, fresh := c.lockStale(key, now)
 	switch {
-	case e != nil && e.ready && now.Before(e.expires):
-		c.mu.Unlock()
+	case fresh:
 		return false
 	case e != nil && !e.ready: // someone is fetching: wait a bounded time
 		done := e.done
@@ -236,20 +274,82 @@ func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Ti
 		}
 		return true
 	}
-	ne := &robotsEntry{done: make(chan struct{}), added: now}
-	if e != nil { // expired: keep its rules and failures until the new fetch ends
-		ne.robots, ne.failures = e.robots, e.failures
-	}
-	c.evictLocked(now)
-	c.origins[key] = ne
+	ne := c.newEntryLocked(key, hostOf(req), e)
 	c.mu.Unlock()
-	run := c.start(ctx, req, key, ne)
+	run := c.start(ctx, req, key, ne, true)
 	select { // the fetch ends by FetchTimeout
 	case <-ne.done:
 	case <-ctx.Done():
 	}
 	run.leave()
 	return true
+}
+
+// newEntryLocked files a new entry for key, of the host scope host (""
+// if none), whose fetch the caller starts; old is the expired entry it
+// replaces, or nil.
+func (c *robotsCache) newEntryLocked(key origin, host string, old *robotsEntry) *robotsEntry {
+	ne := &robotsEntry{key: key, host: host, done: make(chan struct{})}
+	if old == nil {
+		c.evictLocked(nil, 1)
+		c.fileLocked(ne)
+		return ne
+	}
+	// Expired: keep its rules and failures until the new fetch ends, and
+	// their size with them. Filed before old is dropped, so the host
+	// keeps its delay meanwhile.
+	ne.robots, ne.failures, ne.size = old.robots, old.failures, old.size
+	c.fileLocked(ne)
+	c.dropLocked(old)
+	return ne
+}
+
+// hostOf returns the scope key of req's host, "" if it has none.
+func hostOf(req *http.Request) string {
+	h, err := requestHost(req)
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// robotsWatch is what watch found.
+type robotsWatch uint8
+
+const (
+	robotsFresh   robotsWatch = iota // nothing to wait for
+	robotsPending                    // a fetch runs; notify is called when it ends
+	robotsStarted                    // watch started a fetch; notify is called when it ends
+	robotsNeeded                     // a fetch is needed, and mayStart was false: nothing done
+)
+
+// watch is ensure for a caller that must not block (ReadyQueue): when
+// req's origin has no fresh robots.txt, it registers notify, called once
+// on the fetch's goroutine when the fetch running (or, with mayStart, the
+// one watch starts) ends. The fetch is no caller's, as ensure's: it runs
+// with ctx's values, bounded by FetchTimeout, and a panic in it is logged.
+func (c *robotsCache) watch(ctx context.Context, req *http.Request, now time.Time, notify func(), mayStart bool) robotsWatch {
+	key, ok := originOf(req)
+	if !ok || isRobotsFetch(req) {
+		return robotsFresh
+	}
+	e, fresh := c.lockStale(key, now)
+	switch {
+	case fresh:
+		return robotsFresh
+	case e != nil && !e.ready:
+		e.notify = append(e.notify, notify)
+		c.mu.Unlock()
+		return robotsPending
+	case !mayStart:
+		c.mu.Unlock()
+		return robotsNeeded
+	}
+	ne := c.newEntryLocked(key, hostOf(req), e)
+	ne.notify = append(ne.notify, notify)
+	c.mu.Unlock()
+	c.start(ctx, req, key, ne, false)
+	return robotsStarted
 }
 
 // robotsRun is a fetch in progress as the caller that started it sees it:
@@ -277,7 +377,9 @@ func (r *robotsRun) leave() {
 
 // start fetches key's robots.txt for e on a new goroutine. What the fetch
 // needs of req is read now: the caller may change req once it has left.
-func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry) *robotsRun {
+// waiting says the caller waits for the fetch (it calls leave when it
+// stops); a caller that does not is gone from the start.
+func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, e *robotsEntry, waiting bool) *robotsRun {
 	f := robotsFetch{key: key, e: e, rt: c.transportOf(ctx), ua: req.Header.Get("User-Agent"), agent: c.cfg.UserAgent}
 	if f.agent == "" {
 		f.agent = robots.ProductToken(req.UserAgent())
@@ -290,6 +392,9 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 	// caller.
 	fctx := context.WithValue(context.WithValue(context.WithoutCancel(ctx), robotsFetchKey{}, true), scopesKey{}, noScopes{})
 	run := &robotsRun{}
+	if !waiting {
+		run.state.Store(runLeft)
+	}
 	go func() {
 		var recorded, ended bool
 		defer func() {
@@ -355,7 +460,7 @@ func (c *robotsCache) record(f *robotsFetch, rules *robots.Robots, ok bool) (*ro
 		c.bytes -= e.size
 		e.size = rules.HeapSize()
 		c.bytes += e.size
-		c.trimLocked(f.key)
+		c.trimLocked(e)
 	} else {
 		e.failures++
 		retry := robotsFailureRetry << min(e.failures-1, 20)
@@ -364,17 +469,24 @@ func (c *robotsCache) record(f *robotsFetch, rules *robots.Robots, ok bool) (*ro
 	return e.robots, e.failures
 }
 
-// end marks e's fetch as over and lets its waiters go.
+// end marks e's fetch as over and lets its waiters go: those blocked on
+// done, then those watching.
 func (c *robotsCache) end(e *robotsEntry) {
 	c.mu.Lock()
 	e.ready = true
 	close(e.done)
+	c.evictLocked(e, 0) // back within MaxOrigins after a burst
+	notify := e.notify
+	e.notify = nil
 	c.mu.Unlock()
+	for _, f := range notify {
+		f()
+	}
 }
 
 // get fetches and parses f's robots.txt with ctx. ok=false means a
-// failure to retry later; a 4xx or a redirect loop is ok with no rules
-// (nil).
+// failure to retry later (a 5xx, a 429, a network error or a timeout); a
+// 4xx or a redirect loop is ok with no rules (nil).
 func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.FetchTimeout)
 	defer cancel()
@@ -404,6 +516,10 @@ func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, 
 			return nil, false, err
 		}
 		return r, true, nil
+	case resp.StatusCode == http.StatusTooManyRequests:
+		// No answer yet, not "no robots.txt": as a 5xx (Google reads
+		// it so), else a site that rate-limits its robots.txt would
+		// lose its rules and its delay for TTL.
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		return nil, true, nil // unavailable: no rules
 	}
@@ -414,10 +530,8 @@ func (c *robotsCache) get(ctx context.Context, f *robotsFetch) (*robots.Robots, 
 // the host's scope if the manager holds one.
 func (c *robotsCache) setHostDelay(host string, d time.Duration) {
 	c.mu.Lock()
-	if d > 0 {
-		c.hosts[host] = d
-	} else {
-		delete(c.hosts, host)
+	if h := c.hosts[host]; h != nil { // the fetch's entry counts in it
+		h.delay = d
 	}
 	c.mu.Unlock()
 	sh := c.m.shardOf(host)
@@ -442,7 +556,14 @@ func (c *robotsCache) setHostDelay(host string, d time.Duration) {
 func (c *robotsCache) hostDelay(host string) time.Duration {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.hosts[host]
+	return c.hostDelayLocked(host)
+}
+
+func (c *robotsCache) hostDelayLocked(host string) time.Duration {
+	if h := c.hosts[host]; h != nil {
+		return h.delay
+	}
+	return 0
 }
 
 // robotsSetter is implemented by ScopeManagers that take a robots.txt
@@ -479,61 +600,80 @@ func (c *robotsCache) apply(s *scope, d time.Duration, cfg *ScopeConfig) (warn f
 	}
 }
 
-func (c *robotsCache) dropLocked(k origin, e *robotsEntry) {
-	delete(c.origins, k)
+// fileLocked adds e at the newest end of the cache.
+func (c *robotsCache) fileLocked(e *robotsEntry) {
+	c.origins[e.key] = e
+	e.prev, e.next = c.newest, nil
+	if c.newest != nil {
+		c.newest.next = e
+	} else {
+		c.oldest = e
+	}
+	c.newest = e
+	c.bytes += e.size
+	if e.host != "" {
+		h := c.hosts[e.host]
+		if h == nil {
+			h = &robotsHost{}
+			c.hosts[e.host] = h
+		}
+		h.origins++
+	}
+}
+
+// dropLocked removes e from the cache, and its host's delay with the
+// host's last cached origin (a scope made after that gets the delay from
+// the fetch its first request makes).
+func (c *robotsCache) dropLocked(e *robotsEntry) {
+	if c.origins[e.key] == e {
+		delete(c.origins, e.key)
+	}
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		c.oldest = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		c.newest = e.prev
+	}
+	e.prev, e.next = nil, nil
 	c.bytes -= e.size
+	if h := c.hosts[e.host]; h != nil {
+		if h.origins--; h.origins <= 0 {
+			delete(c.hosts, e.host)
+		}
+	}
 }
 
 // trimLocked keeps the cached rules within MaxBytes, dropping the oldest
 // ready entries other than keep (the one just fetched, which its caller
 // is about to use).
-func (c *robotsCache) trimLocked(keep origin) {
-	for c.cfg.MaxBytes > 0 && c.bytes > c.cfg.MaxBytes {
-		var oldestKey origin
-		var oldest *robotsEntry
-		for k, e := range c.origins {
-			if e.ready && k != keep && e.size > 0 && (oldest == nil || e.added.Before(oldest.added)) {
-				oldestKey, oldest = k, e
-			}
+func (c *robotsCache) trimLocked(keep *robotsEntry) {
+	for e := c.oldest; e != nil && c.cfg.MaxBytes > 0 && c.bytes > c.cfg.MaxBytes; {
+		next := e.next
+		if e.ready && e != keep && e.size > 0 {
+			c.dropLocked(e)
 		}
-		if oldest == nil {
-			return // only keep is left: one file over the budget is allowed
-		}
-		c.dropLocked(oldestKey, oldest)
+		e = next
 	}
+	// What is left over the budget is keep's: one file over it is allowed.
 }
 
-// evictLocked keeps the cache within MaxOrigins: expired entries first,
-// then the oldest.
-func (c *robotsCache) evictLocked(now time.Time) {
-	if c.cfg.MaxOrigins == 0 || len(c.origins) < c.cfg.MaxOrigins {
+// evictLocked keeps the cache within MaxOrigins with room more entries,
+// dropping the oldest whose fetch has ended, other than keep. Entries
+// being fetched are passed over: each costs a step until its fetch ends.
+func (c *robotsCache) evictLocked(keep *robotsEntry, room int) {
+	if c.cfg.MaxOrigins == 0 {
 		return
 	}
-	var oldestKey origin
-	var oldest time.Time
-	found := false
-	for k, e := range c.origins {
-		if !e.ready {
-			continue
+	for e := c.oldest; e != nil && len(c.origins)+room > c.cfg.MaxOrigins; {
+		next := e.next
+		if e.ready && e != keep {
+			c.dropLocked(e)
 		}
-		if !now.Before(e.expires) {
-			c.dropLocked(k, e)
-			continue
-		}
-		if !found || e.added.Before(oldest) {
-			oldestKey, oldest, found = k, e.added, true
-		}
-	}
-	if len(c.origins) >= c.cfg.MaxOrigins && found {
-		c.dropLocked(oldestKey, c.origins[oldestKey])
-	}
-	if len(c.hosts) > c.cfg.MaxOrigins {
-		for h := range c.hosts {
-			delete(c.hosts, h)
-			if len(c.hosts) <= c.cfg.MaxOrigins {
-				break
-			}
-		}
+		e = next
 	}
 }
 

@@ -37,18 +37,8 @@ func (s *robotsSite) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Path == "/robots.txt" {
 		s.fetches.Add(1)
 		s.lastUA.Store(req.Header.Get("User-Agent"))
-		if s.hang {
-			<-req.Context().Done()
-			return nil, req.Context().Err()
-		}
-		if s.latency > 0 {
-			t := time.NewTimer(s.latency)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
-			}
+		if err := answerAfter(req, s.latency, s.hang); err != nil {
+			return nil, err
 		}
 		if s.panics {
 			panic("robots.txt boom")
@@ -62,6 +52,25 @@ func (s *robotsSite) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.pages.Add(1)
 	time.Sleep(s.pageLatency)
 	return respond(req, 200, "page"), nil
+}
+
+// answerAfter waits latency, or until req's context ends if hang, and
+// returns the context's error if it ended first.
+func answerAfter(req *http.Request, latency time.Duration, hang bool) error {
+	if hang {
+		<-req.Context().Done()
+		return req.Context().Err()
+	}
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			return req.Context().Err()
+		}
+	}
+	return nil
 }
 
 func robotsManager(t *testing.T, mutate func(*Config)) *ThrottlingManager {

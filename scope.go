@@ -240,13 +240,16 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 // (SetRobotsDelay). A
 // robots.txt fetch is admitted like any request, so it starts only once
 // the gap after the previous start has passed: moving the previous start
-// to it with no gap after it holds no later request back.
+// to it with no gap after it holds no later request back. A fetch again
+// after TTL, of a site that asked for a delay before, is the one
+// exception: the gap after it is that delay at least, a floor under every
+// gap of the scope.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	t.Slot, t.Window = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
-	s.lim.Gap = 0
+	s.lim.Gap = s.robotsFloor() // 0 unless robots.txt asked a delay before (a fetch again after TTL)
 }
 
 // finishRobots is Finish for the manager's robots.txt fetch: it learns
@@ -343,13 +346,25 @@ func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 // start after backoff ended, could follow the previous start by less than
 // Delay (found by TestStressInvariants; see
 // TestBackoffJitterNeverBelowDelay).
+//
+// A robots.txt delay is a floor under the gap whatever the jitter drew:
+// a site's stated delay is a minimum, jitter only lengthens it.
 func (s *defaultScope) gap(d time.Duration) time.Duration {
 	g := admission.ScaleDuration(d, s.jitter)
 	if s.backoffJitter {
 		own, _ := s.ownDelay()
 		g = s.backoff.gapFloor(&s.cfg, g, d, own)
 	}
-	return g
+	return max(g, s.robotsFloor())
+}
+
+// robotsFloor is the robots.txt delay in effect (0: none), the least gap
+// between two starts of the scope.
+func (s *defaultScope) robotsFloor() time.Duration {
+	if s.cfg.IgnoreRobotsTxt {
+		return 0
+	}
+	return s.robots
 }
 
 func (s *defaultScope) combineConcurrency() int {
@@ -407,8 +422,24 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	s.lim.Gap = s.gap(s.effDelay)
 }
 
-// drawJitter draws the factor applied to the delay that follows a start.
+// drawJitter draws the factor applied to the delay that follows a start,
+// never below the one that keeps the gap at the robots.txt delay (a Store
+// scales the delay it is sent by this factor, with no floor of its own).
 func (s *defaultScope) drawJitter() float64 {
+	f := s.jitterFactor()
+	r := s.robotsFloor()
+	if r == 0 || admission.ScaleDuration(s.effDelay, f) >= r {
+		return f
+	}
+	f = float64(r) / float64(s.effDelay)
+	for admission.ScaleDuration(s.effDelay, f) < r { // rounded a nanosecond short
+		f = math.Nextafter(f, 2)
+	}
+	return f
+}
+
+// jitterFactor draws the jitter factor from the range in effect.
+func (s *defaultScope) jitterFactor() float64 {
 	j := s.cfg.Jitter
 	if _, why := s.delay(); why == ReasonBackoff {
 		j = s.cfg.Backoff.Jitter
