@@ -91,7 +91,9 @@
 //   - requests: every answer of the run.
 //
 // A run shorter than 3 minutes takes a third of the run for "minute" in
-// the second and third figures, as the table's header says. A missing
+// the second and third figures, as the table's header says; the header
+// also gives the machine's load average at the end of the runs, since a
+// busy machine moves every client's figures. A missing
 // scrapy, node or npm, nginx or haproxy skips its client or limiters with
 // a note under the table. The test checks that the access log counts the
 // 2xx and refusals that the throttle's crawl counted itself.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,10 +215,11 @@ func runLimiter(t *testing.T, lim fieldCase, clients []namedRun, d time.Duration
 		})
 	}
 	wg.Wait()
+	load := loadAverage()
 
 	rows := make([]peerRow, len(clients))
 	for i, c := range clients {
-		row := peerRow{limiter: lim.name, client: c.name, limit: lim.limit}
+		row := peerRow{limiter: lim.name, client: c.name, limit: lim.limit, load: load}
 		entries, err := ReadAccessLog(logs[i])
 		if err != nil {
 			t.Errorf("%s, %s: %v", lim.name, c.name, err)
@@ -525,7 +527,23 @@ type peerRow struct {
 	limiter, client string
 	limit           float64
 	peerFigures
-	note string // what went wrong, if anything
+	note string  // what went wrong, if anything
+	load float64 // the machine's load average over 1 minute at the run's end; 0 if unknown
+}
+
+// loadAverage returns the machine's load average over the last minute, or
+// 0 where /proc/loadavg cannot tell.
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(data), " ")
+	load, err := strconv.ParseFloat(first, 64)
+	if err != nil {
+		return 0
+	}
+	return load
 }
 
 // peersTable returns the Markdown table of rows, with a header that
@@ -536,8 +554,19 @@ func peersTable(rows []peerRow, notes []string, d time.Duration, now time.Time) 
 	fmt.Fprintf(&b, "Peers beside throttle: %v per run, %s. Each client crawls its own server; the figures come from the servers' access logs.\n",
 		d, now.Format("2006-01-02"))
 	fmt.Fprintf(&b, "Share: 2xx rate over the last third of the run / the limit. Refusals (429, 503) per minute after each client's first %v. ", warm)
-	fmt.Fprintf(&b, "Time to %d %%: from the client's first request to the first time its 2xx rate over the trailing %v was %d %% of the limit.\n\n",
+	fmt.Fprintf(&b, "Time to %d %%: from the client's first request to the first time its 2xx rate over the trailing %v was %d %% of the limit.\n",
 		int(100*peersReach), warm, int(100*peersReach))
+	var loads []float64
+	for _, r := range rows {
+		if r.load > 0 {
+			loads = append(loads, r.load)
+		}
+	}
+	if len(loads) > 0 {
+		fmt.Fprintf(&b, "The machine: %d CPUs, a load average (1 min) of %.1f-%.1f at the runs' ends.\n",
+			runtime.NumCPU(), slices.Min(loads), slices.Max(loads))
+	}
+	b.WriteString("\n")
 	b.WriteString("| limiter | limit | client | share of the limit | refusals/min | time to 90 % | requests |\n")
 	b.WriteString("|---|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
@@ -641,8 +670,8 @@ func TestPeerFigures(t *testing.T) {
 // that failed.
 func TestPeerTable(t *testing.T) {
 	rows := []peerRow{
-		{limiter: "nginx-429", client: "throttle", limit: 5, peerFigures: peerFigures{Share: 0.974, RefusalsPerMin: 1, Reach: 48 * time.Second, Reached: true, Requests: 812}},
-		{limiter: "nginx-429", client: "colly", limit: 5, peerFigures: peerFigures{Share: 1, RefusalsPerMin: 241234.4, Requests: 723000}},
+		{limiter: "nginx-429", client: "throttle", limit: 5, load: 2.5, peerFigures: peerFigures{Share: 0.974, RefusalsPerMin: 1, Reach: 48 * time.Second, Reached: true, Requests: 812}},
+		{limiter: "nginx-429", client: "colly", limit: 5, load: 19.25, peerFigures: peerFigures{Share: 1, RefusalsPerMin: 241234.4, Requests: 723000}},
 		{limiter: "haproxy-0.5", client: "scrapy", limit: 0.5, note: "scrapy: exit status 1"},
 	}
 	table := peersTable(rows, []string{"crawlee skipped: node not found"}, 3*time.Minute, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
@@ -650,6 +679,7 @@ func TestPeerTable(t *testing.T) {
 	for _, want := range []string{
 		"3m0s per run, 2026-01-02",
 		"after each client's first 1m0s",
+		"a load average (1 min) of 2.5-19.2 at the runs' ends",
 		"| nginx-429 | 5 r/s | throttle | 97 % | 1.0 | 48 s | 812 |\n",
 		"| nginx-429 | 5 r/s | colly | 100 % | 241,234 | never | 723000 |\n",
 		"| haproxy-0.5 | 0.5 r/s | scrapy | – | – | – | – |\n",

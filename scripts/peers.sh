@@ -50,7 +50,7 @@ export THROTTLE_PEERS=1 THROTTLE_PEERS_DURATION="$duration" THROTTLE_PEERS_TABLE
 # stop; then Crawlee's installation the first time. TestPeers checks the
 # same bound against its list of limiters.
 timeout=$((8 * (seconds + 50) + 660))
-echo "peers: 8 limiters, $duration each (go test log: $tmp/test.log while it runs)" >&2
+echo "peers: $duration per run (go test log: $tmp/test.log while it runs)" >&2
 set +e
 go test -count=1 -v -timeout "${timeout}s" -run '^TestPeers$' "$@" ./fieldtest 2>&1 |
   tee "$tmp/test.log" | grep --line-buffered -E '^ *--- (PASS|FAIL|SKIP): TestPeers' >&2
