@@ -49,9 +49,59 @@
 // another worker received. Without redis-server it skips, or fails under
 // THROTTLE_REQUIRE_REDIS=1.
 //
+// # Peers
+//
+// TestPeers compares the throttle with real crawlers on the same limiters.
+// It is not part of the suite (THROTTLE_FIELD does not run it) and prints
+// one Markdown table:
+//
+//	bash scripts/peers.sh [duration]     # default 3m per run, ~27 min in all; 30s for a quick run
+//
+// which runs THROTTLE_PEERS=1 THROTTLE_PEERS_DURATION=<duration> go test
+// -run '^TestPeers$' with a long enough -timeout;
+// THROTTLE_PEERS_CLIENTS=throttle,colly runs some clients only, and a -run
+// pattern as 'TestPeers/haproxy' some limiters only. The clients, each
+// keeping 16 requests going, with the programs in peers/:
+//
+//   - throttle: [APIConfig], 16 goroutines through the Transport, in the
+//     test's process, as the cases above;
+//   - scrapy: Scrapy (Debian's python3-scrapy) with AutoThrottle on at its
+//     defaults, CONCURRENT_REQUESTS 16, ROBOTSTXT_OBEY off, the retry
+//     middleware at its defaults, one URL over and over (dont_filter);
+//   - crawlee: Crawlee's HttpCrawler at its defaults (npm crawlee, the
+//     version peers/package.json pins, installed by the test into the
+//     user's cache directory on first use), on Node;
+//   - colly: colly at its defaults with Async, AllowURLRevisit and a
+//     LimitRule of Parallelism 16, no delay.
+//
+// The limiters are the five cases above and three shapes they lack:
+// HAProxy over a 1 s period (5 per 1 s), nginx with a burst and a longer
+// Retry-After (rate=5r/s burst=10, 429, Retry-After: 3), and HAProxy below
+// 1 req/s (5 per 10 s). For each limiter in turn, every client crawls its
+// own server (the limiters key on the client's IP, 127.0.0.1 for all) for
+// the duration, all clients at once. Each server logs every answer with
+// its time in ms ([ReadAccessLog]), and the figures come from those logs,
+// the same way for every client:
+//
+//   - share of the limit: the 2xx rate over the last third of the run,
+//     over the limit;
+//   - refusals (429 and 503) per minute after the client's first minute;
+//   - time to 90 %: from the client's first request to the first time its
+//     2xx rate over the trailing minute was 90 % of the limit;
+//   - requests: every answer of the run.
+//
+// A run shorter than 3 minutes takes a third of the run for "minute" in
+// the second and third figures, as the table's header says; the header
+// also gives the machine's load average at the end of the runs, since a
+// busy machine moves every client's figures. A missing
+// scrapy, node or npm, nginx or haproxy skips its client or limiters with
+// a note under the table. The test checks that the access log counts the
+// 2xx and refusals that the throttle's crawl counted itself.
+//
 // # Reuse
 //
 // [StartNginx], [StartHAProxy] and [StartHTTPRate] start the servers for
-// any test and stop them when it ends; [Crawl] and [Summarize] run a crawl
-// and compute its figures.
+// any test and stop them when it ends, logging every answer when their
+// options name an AccessLog ([ReadAccessLog] reads it); [Crawl] and
+// [Summarize] run a crawl and compute its figures.
 package fieldtest

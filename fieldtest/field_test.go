@@ -121,19 +121,61 @@ func crawlDuration(t *testing.T) time.Duration {
 type fieldCase struct {
 	name  string
 	limit float64
-	start func(testing.TB) string // returns the URL to crawl
+	bin   string // the program the server needs; "" for none
+	shape string // the limiter in a few words, for the peers' table
+	// start starts one server and returns the URL to crawl; accessLog is
+	// the options' AccessLog.
+	start func(tb testing.TB, accessLog string) string
 }
 
 func nginxCase(name string, o NginxOptions) fieldCase {
-	return fieldCase{name: name, limit: o.Limit(), start: func(tb testing.TB) string { return StartNginx(tb, o) }}
+	return fieldCase{name: name, limit: o.Limit(), bin: "nginx", shape: o.shape(), start: func(tb testing.TB, accessLog string) string {
+		o.AccessLog = accessLog
+		return StartNginx(tb, o)
+	}}
 }
 
 func haproxyCase(name string, o HAProxyOptions) fieldCase {
-	return fieldCase{name: name, limit: o.Limit(), start: func(tb testing.TB) string { return StartHAProxy(tb, o) }}
+	return fieldCase{name: name, limit: o.Limit(), bin: "haproxy", shape: o.shape(), start: func(tb testing.TB, accessLog string) string {
+		o.AccessLog = accessLog
+		return StartHAProxy(tb, o)
+	}}
 }
 
 func httprateCase(name string, o HTTPRateOptions) fieldCase {
-	return fieldCase{name: name, limit: o.Limit(), start: func(tb testing.TB) string { return StartHTTPRate(tb, o) }}
+	return fieldCase{name: name, limit: o.Limit(), shape: o.shape(), start: func(tb testing.TB, accessLog string) string {
+		o.AccessLog = accessLog
+		return StartHTTPRate(tb, o)
+	}}
+}
+
+// shape describes the limiter of o.
+func (o NginxOptions) shape() string {
+	o = o.withDefaults()
+	s := fmt.Sprintf("nginx limit_req rate=%dr/s burst=%d nodelay (refused requests do not count), ", o.Rate, o.Burst)
+	if o.Status == 0 {
+		s += "503"
+	} else {
+		s += strconv.Itoa(o.Status)
+	}
+	if o.RetryAfter != 0 {
+		s += fmt.Sprintf(" with Retry-After: %d", o.RetryAfter)
+	}
+	return s
+}
+
+// shape describes the limiter of o.
+func (o HAProxyOptions) shape() string {
+	o = o.withDefaults()
+	return fmt.Sprintf("HAProxy http_req_rate(%ds) over %d is %d (refused requests count)",
+		int(o.Period/time.Second), o.Requests, o.Status)
+}
+
+// shape describes the limiter of o.
+func (o HTTPRateOptions) shape() string {
+	o = o.withDefaults()
+	return fmt.Sprintf("go-chi/httprate, %d per %v sliding window, 429 with Retry-After and X-RateLimit-* headers (refused requests do not count)",
+		o.Requests, o.Window)
 }
 
 // fieldCases are the servers of the suite, each 5 or 10 req/s.
@@ -171,7 +213,7 @@ func TestField(t *testing.T) {
 			SkipUnlessEnabled(t)
 			t.Parallel()
 			d := crawlDuration(t)
-			url := fc.start(t)
+			url := fc.start(t, "")
 
 			cfg := APIConfig()
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
@@ -217,7 +259,7 @@ func TestLimitersRefuse(t *testing.T) {
 		t.Run(c.fc.name, func(t *testing.T) {
 			SkipUnlessEnabled(t)
 			t.Parallel()
-			url := c.fc.start(t)
+			url := c.fc.start(t, "")
 			tr := &http.Transport{}
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}

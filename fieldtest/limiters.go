@@ -93,6 +93,10 @@ type NginxOptions struct {
 	// seconds) to refused requests, through an error_page to a named
 	// location.
 	RetryAfter int
+	// AccessLog, when not empty, is the file where nginx logs every answer
+	// in the access-log format that [ReadAccessLog] reads. Empty means
+	// nginx's combined format in its temporary directory.
+	AccessLog string
 }
 
 // Limit returns the sustained limit of the server in requests per second.
@@ -123,14 +127,13 @@ error_log %[1]s/error.log warn;
 pid %[1]s/nginx.pid;
 events { worker_connections 1024; }
 http {
-  access_log %[1]s/access.log;
   client_body_temp_path %[1]s/tmp/body;
   proxy_temp_path %[1]s/tmp/proxy;
   fastcgi_temp_path %[1]s/tmp/fastcgi;
   uwsgi_temp_path %[1]s/tmp/uwsgi;
   scgi_temp_path %[1]s/tmp/scgi;
   keepalive_requests 1000000;
-  limit_req_zone $binary_remote_addr zone=z:1m rate=%[3]dr/s;
+%[7]s  limit_req_zone $binary_remote_addr zone=z:1m rate=%[3]dr/s;
   server {
     listen %[4]s:%[2]d;
     root %[1]s/www;
@@ -138,7 +141,7 @@ http {
     location / {
       limit_req zone=z burst=%[6]d nodelay;
       limit_req_log_level info; # below error_log's level: refusals are in access.log only
-`, dir, port, o.Rate, localhost, healthPath, o.Burst)
+`, dir, port, o.Rate, localhost, healthPath, o.Burst, o.accessLogConf(dir))
 	status := o.Status
 	if status != 0 {
 		fmt.Fprintf(&b, "      limit_req_status %d;\n", status)
@@ -158,6 +161,14 @@ http {
 	}
 	b.WriteString("  }\n}\n")
 	return b.String()
+}
+
+// accessLogConf returns the access_log lines of the configuration.
+func (o NginxOptions) accessLogConf(dir string) string {
+	if o.AccessLog == "" {
+		return fmt.Sprintf("  access_log %s/access.log;\n", dir)
+	}
+	return nginxAccessLog(o.AccessLog)
 }
 
 // StartNginx starts nginx (Debian package nginx) on a free port of
@@ -208,6 +219,10 @@ type HAProxyOptions struct {
 	Period time.Duration
 	// Status is the status of refused requests. Zero means 429.
 	Status int
+	// AccessLog, when not empty, is the file where HAProxy logs every
+	// answer (through its standard output) in the access-log format that
+	// [ReadAccessLog] reads. Empty means no log.
+	AccessLog string
 }
 
 // Limit returns the sustained limit of the server in requests per second.
@@ -234,9 +249,9 @@ func (o HAProxyOptions) haproxyCfg(port int) string {
 	o = o.withDefaults()
 	return fmt.Sprintf(`global
   maxconn 1000
-defaults
+%[7]sdefaults
   mode http
-  timeout connect 5s
+%[8]s  timeout connect 5s
   timeout client 30s
   timeout server 30s
   timeout http-keep-alive 30s
@@ -247,7 +262,24 @@ frontend fe
   http-request track-sc0 src
   http-request deny deny_status %[5]d if { sc_http_req_rate(0) gt %[6]d }
   http-request return status 200 content-type text/plain string ok
-`, localhost, port, healthPath, int(o.Period/time.Second), o.Status, o.Requests)
+`, localhost, port, healthPath, int(o.Period/time.Second), o.Status, o.Requests, o.logGlobal(), o.logDefaults())
+}
+
+// logGlobal and logDefaults return the log lines of the global and
+// defaults sections: HAProxy logs to its standard output, which
+// StartHAProxy points to AccessLog.
+func (o HAProxyOptions) logGlobal() string {
+	if o.AccessLog == "" {
+		return ""
+	}
+	return "  log stdout format raw local0\n"
+}
+
+func (o HAProxyOptions) logDefaults() string {
+	if o.AccessLog == "" {
+		return ""
+	}
+	return "  log global\n  option dontlognull\n  log-format \"" + haproxyLogFormat + "\"\n"
 }
 
 // StartHAProxy starts HAProxy (Debian package haproxy) in the foreground
@@ -260,11 +292,24 @@ func StartHAProxy(tb testing.TB, opts HAProxyOptions) string {
 	bin := lookBinary(tb, "haproxy", "haproxy")
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "haproxy.cfg")
+	var accessLog *os.File
+	if opts.AccessLog != "" {
+		f, err := os.OpenFile(opts.AccessLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			tb.Fatalf("fieldtest: %v", err)
+		}
+		accessLog = f
+		tb.Cleanup(func() { _ = f.Close() }) // after the server stops: the cleanups run last first
+	}
 	return startServer(tb, "haproxy", dir, nil, func(port int) (*exec.Cmd, error) {
 		if err := os.WriteFile(cfg, []byte(opts.haproxyCfg(port)), 0o644); err != nil {
 			return nil, err
 		}
-		return exec.Command(bin, "-f", cfg, "-db"), nil
+		cmd := exec.Command(bin, "-f", cfg, "-db")
+		if accessLog != nil {
+			cmd.Stdout = accessLog
+		}
+		return cmd, nil
 	})
 }
 
@@ -278,6 +323,10 @@ type HTTPRateOptions struct {
 	Requests int
 	// Window is the length of httprate's window. Zero means 1 s.
 	Window time.Duration
+	// AccessLog, when not empty, is the file where the server logs every
+	// answer, the refused ones included, in the access-log format that
+	// [ReadAccessLog] reads. Empty means no log.
+	AccessLog string
 }
 
 // Limit returns the sustained limit of the server in requests per second.
@@ -321,11 +370,20 @@ func StartHTTPRate(tb testing.TB, opts HTTPRateOptions) string {
 	})
 	mux := http.NewServeMux()
 	mux.Handle(pagePath, httprate.LimitBy(opts.Requests, opts.Window, keyByRemoteIP)(ok))
+	var handler http.Handler = mux
+	if opts.AccessLog != "" {
+		lw, err := openLogWriter(opts.AccessLog)
+		if err != nil {
+			tb.Fatalf("fieldtest: %v", err)
+		}
+		tb.Cleanup(func() { _ = lw.Close() }) // after the server closes: the cleanups run last first
+		handler = lw.wrap(mux)
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(localhost, "0"))
 	if err != nil {
 		tb.Fatalf("fieldtest: %v", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	tb.Cleanup(func() {
@@ -402,7 +460,10 @@ func (s *server) start(dir, health string) error {
 	}
 	defer out.Close() // the child has its copy
 	s.cmd.Dir = dir
-	s.cmd.Stdout, s.cmd.Stderr = out, out
+	if s.cmd.Stdout == nil { // else the caller's (HAProxy's access log)
+		s.cmd.Stdout = out
+	}
+	s.cmd.Stderr = out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
