@@ -54,42 +54,41 @@ type learnedBack struct {
 }
 
 type learnedRampup struct {
-	Rate     float64            `json:"r,omitempty"`
-	Good     float64            `json:"g,omitempty"`
-	Bad      float64            `json:"bad,omitempty"`
-	PrevG    float64            `json:"pg,omitempty"`
-	Best     float64            `json:"be,omitempty"`
-	GAt      int64              `json:"ga,omitempty"`
-	GOK      int                `json:"gk,omitempty"`
-	Lat      time.Duration      `json:"l,omitempty"`
-	Step     float64            `json:"st,omitempty"`
-	Changed  int64              `json:"ch,omitempty"`
-	Cut      int64              `json:"cu,omitempty"`
-	OKCut    bool               `json:"oc,omitempty"`
-	Rise     int64              `json:"ri,omitempty"`
-	Raised   bool               `json:"rd,omitempty"`
-	RFirst   int64              `json:"rf,omitempty"`
-	RLast    int64              `json:"rl,omitempty"`
-	ROK      int                `json:"ro,omitempty"`
-	RSig     int                `json:"rs,omitempty"`
-	ProbeAt  int64              `json:"pa,omitempty"`
-	Fails    int                `json:"fa,omitempty"`
-	Memory   time.Duration      `json:"me,omitempty"`
-	Wait     time.Duration      `json:"wa,omitempty"`
-	Stated   float64            `json:"sr,omitempty"`
-	Drain    bool               `json:"dr,omitempty"`
-	DrainAt  int64              `json:"da,omitempty"`
-	Cost     int                `json:"co,omitempty"`
-	Costing  bool               `json:"cg,omitempty"`
-	First    int64              `json:"fi,omitempty"`
-	AccAt    int64              `json:"aa,omitempty"`
-	OKN      [rampupRing]uint16 `json:"ok,omitempty"`
-	OKAt     int64              `json:"oa,omitempty"`
-	Run      int                `json:"ru,omitempty"`
-	RunG     float64            `json:"rg,omitempty"`
-	RunB     float64            `json:"rb,omitempty"`
-	Paused   bool               `json:"ps,omitempty"`
-	PausedAt int64              `json:"pt,omitempty"`
+	Rate     float64       `json:"r,omitempty"`
+	Good     float64       `json:"g,omitempty"`
+	Bad      float64       `json:"bad,omitempty"`
+	PrevG    float64       `json:"pg,omitempty"`
+	Best     float64       `json:"be,omitempty"`
+	GAt      int64         `json:"ga,omitempty"`
+	GOK      int           `json:"gk,omitempty"`
+	Lat      time.Duration `json:"l,omitempty"`
+	Step     float64       `json:"st,omitempty"`
+	Changed  int64         `json:"ch,omitempty"`
+	Cut      int64         `json:"cu,omitempty"`
+	OKCut    bool          `json:"oc,omitempty"`
+	Rise     int64         `json:"ri,omitempty"`
+	Raised   bool          `json:"rd,omitempty"`
+	RFirst   int64         `json:"rf,omitempty"`
+	RLast    int64         `json:"rl,omitempty"`
+	ROK      int           `json:"ro,omitempty"`
+	RSig     int           `json:"rs,omitempty"`
+	ProbeAt  int64         `json:"pa,omitempty"`
+	Fails    int           `json:"fa,omitempty"`
+	Memory   time.Duration `json:"me,omitempty"`
+	Wait     time.Duration `json:"wa,omitempty"`
+	Stated   float64       `json:"sr,omitempty"`
+	Drain    bool          `json:"dr,omitempty"`
+	DrainAt  int64         `json:"da,omitempty"`
+	Cost     int           `json:"co,omitempty"`
+	Costing  bool          `json:"cg,omitempty"`
+	First    int64         `json:"fi,omitempty"`
+	AccAt    int64         `json:"aa,omitempty"`
+	AccOK    int           `json:"ak,omitempty"`
+	Run      int           `json:"ru,omitempty"`
+	RunG     float64       `json:"rg,omitempty"`
+	RunB     float64       `json:"rb,omitempty"`
+	Paused   bool          `json:"ps,omitempty"`
+	PausedAt int64         `json:"pt,omitempty"`
 }
 
 func unixNano(t time.Time) int64 {
@@ -128,7 +127,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, GAt: unixNano(r.gAt), GOK: r.gOK, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, First: unixNano(r.first), AccAt: unixNano(r.accAt), OKN: r.okN, OKAt: r.okAt, Run: r.run, RunG: r.runG, RunB: r.runB, Paused: r.paused, PausedAt: unixNano(r.pausedAt)}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, GAt: unixNano(r.gAt), GOK: r.gOK, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, First: unixNano(r.first), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, Paused: r.paused, PausedAt: unixNano(r.pausedAt)}
 	}
 	return st
 }
@@ -161,7 +160,7 @@ func (st *learnedState) check() error {
 		if r.Step < 0 || r.Step > rampupMaxStep || math.IsNaN(r.Step) {
 			return bad("rampup step out of range")
 		}
-		if r.GOK < 0 || r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.Fails < 0 || r.Cost < 0 ||
+		if r.GOK < 0 || r.AccOK < 0 || r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.Fails < 0 || r.Cost < 0 ||
 			r.Memory < 0 || r.Wait < 0 {
 			return bad("negative rampup value")
 		}
@@ -197,7 +196,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), okN: r.OKN, okAt: r.OKAt, run: r.Run, runG: r.RunG, runB: r.RunB, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
 		rr.bound()
 		s.rampup = rr
 	}

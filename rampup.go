@@ -42,8 +42,9 @@ package throttle
 //     returns R to G. Refusals in a drain never move G.
 //  5. Quota. A drain that refused everything for longer than the server
 //     accepted before it, and a second or more, is a quota spent or a
-//     counter full: after the first minute, G and B go 2 % under and over
-//     what the server delivered over the last minute, if that is lower.
+//     counter full: what the server accepted from the end of the last
+//     drain to the end of this one, over that time, is the most it
+//     allows; G and B go 2 % under and over it, if that is lower.
 //  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
 //     not a rate: what its first failures did is undone, backoff
 //     probes, and the first success resumes at G.
@@ -138,16 +139,16 @@ const (
 	rampupEpsilon = 0.02
 	// rampupMaxStep caps a climb's step: doubling.
 	rampupMaxStep = 1.0
-	// rampupMaxMemory caps the proof time and the span of the delivered
-	// rate: a minute, the ring of successes (rampupRing).
+	// rampupMaxMemory caps the proof time and the server's waits a round
+	// spans: a minute.
 	rampupMaxMemory = time.Minute
 	// rampupCycleMin is the least time a drain refuses everything, past
 	// the server's gates, for rule 5 to bound G: a second, so a bucket
 	// refilling is not a quota.
 	rampupCycleMin = time.Second
-	// rampupRing is the seconds of successes a scope keeps (rule 5): a
-	// minute and a little more.
-	rampupRing = 64
+	// rampupCycleOK is the least successes a cycle needs for rule 5 to
+	// read it.
+	rampupCycleOK = 10
 	// rampupProbeStep caps a climb's step once the server has refused
 	// once: BBR probes 25 % above what it measured.
 	rampupProbeStep = 0.25
@@ -217,10 +218,9 @@ type rampup struct {
 	cost    int           // refusals since the last failed climb, until its drain ended
 	costing bool          // counting cost
 
-	first time.Time          // the first answer, or the end of the last outage
-	accAt time.Time          // the end of the last drain (first, before any)
-	okN   [rampupRing]uint16 // successes per second, okN[s % rampupRing] for Unix second s
-	okAt  int64              // the Unix second of the newest count
+	first time.Time // the first answer, or the end of the last outage
+	accAt time.Time // the end of the last drain (first, before any)
+	accOK int       // successes since accAt
 
 	run      int     // 5xx in a row, no success and no 429 between
 	runG     float64 // G and B when the run began
@@ -407,7 +407,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		return rampupTook
 	}
 	r.gOK++
-	r.record(now)
+	r.accOK++
 	if !ans.started.Before(r.cut) {
 		r.okCut = true
 		if r.drain {
@@ -437,30 +437,6 @@ func (r *rampup) count(started time.Time, ok bool) {
 	} else {
 		r.rSig++
 	}
-}
-
-// record counts a success at now in the ring of successes (rule 5).
-func (r *rampup) record(now time.Time) {
-	sec := now.Unix()
-	if sec > r.okAt {
-		for x := max(r.okAt+1, sec-rampupRing+1); x <= sec; x++ {
-			r.okN[x%rampupRing] = 0
-		}
-		r.okAt = sec
-	}
-	if i := sec % rampupRing; sec > r.okAt-rampupRing && r.okN[i] < math.MaxUint16 {
-		r.okN[i]++
-	}
-}
-
-// lastMinute is the rate of successes over the minute before now.
-func (r *rampup) lastMinute(now time.Time) float64 {
-	sec := now.Unix()
-	n := 0
-	for x := max(sec-59, r.okAt-rampupRing+1); x <= min(sec, r.okAt); x++ {
-		n += int(r.okN[x%rampupRing])
-	}
-	return float64(n) / rampupMaxMemory.Seconds()
 }
 
 // delivered is the rate of successes since G was set (rule 3).
@@ -576,13 +552,15 @@ func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
 		}
 	}
 	accept, dead := r.drainAt.Sub(r.accAt), now.Sub(r.drainAt)
-	r.accAt = now
-	if dead > accept && dead >= rampupCycleMin && now.Sub(r.first) >= rampupMaxMemory {
+	n := r.accOK - 1 // this success opens the next cycle
+	r.accAt, r.accOK = now, 1
+	if dead > accept && dead >= rampupCycleMin && n >= rampupCycleOK {
 		// Rule 5: the server refused everything for longer than it
 		// accepted before, and a second or more (a quota spent, a
-		// counter full): G is at most what it delivered over the last
-		// minute.
-		if a := r.lastMinute(now); a < r.good {
+		// counter full): what it accepted from the end of the last
+		// drain to the end of this one, over that time, is the most it
+		// allows.
+		if a := float64(n) / (accept + dead).Seconds(); a < r.good {
 			r.bad = min(nonzero(r.bad, r.good), a*(1+rampupEpsilon))
 			r.setGood(now, a*(1-rampupEpsilon))
 			r.probeAt = now.Add(r.probeInterval(cfg))
