@@ -44,7 +44,8 @@ package throttle
 //     accepted before it, and a second or more, is a quota spent or a
 //     counter full: what the server accepted from the end of the last
 //     drain to the end of this one, over that time, is the most it
-//     allows; G and B go 2 % under and over it, if that is lower.
+//     allows; G and B go 2 % under and over it, if that is lower, and
+//     climbs are held for that cycle at least.
 //  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
 //     not a rate: what its first failures did is undone, backoff
 //     probes, and the first success resumes at G.
@@ -215,8 +216,10 @@ type rampup struct {
 	stated  float64       // the lowest rate the server stated; 0: none
 	drain   bool          // rule 4: from a refusal event to the next success
 	drainAt time.Time     // when the drain began
+	lastNo  time.Time     // the latest start of a refused request
 	cost    int           // refusals since the last failed climb, until its drain ended
 	costing bool          // counting cost
+	probe   bool          // R is a probe of a settled G
 
 	first time.Time // the first answer, or the end of the last outage
 	accAt time.Time // the end of the last drain (first, before any)
@@ -370,7 +373,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	refused := ans.signal
 	if r.rate == 0 {
 		r.rate = r.clamp(cfg, gc, r.start(cfg))
-		r.changed, r.cut, r.first, r.accAt = ans.started, ans.started, now, now
+		r.changed, r.cut, r.first, r.accAt = ans.started, ans.started, now, ans.started
 	}
 	if refused && ans.gated {
 		r.wait = min(ans.gate, rampupMaxMemory)
@@ -399,6 +402,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			return rampupTook // rule 3: the event already answered
 		}
 		r.count(ans.started, false)
+		r.lastNo = later(r.lastNo, ans.started)
 		if r.drain && !r.okCut {
 			r.drainRound(now, cfg, gc) // rule 4
 		} else {
@@ -411,7 +415,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	if !ans.started.Before(r.cut) {
 		r.okCut = true
 		if r.drain {
-			r.endDrain(now, cfg, gc)
+			r.endDrain(now, ans.started, cfg, gc)
 		}
 	}
 	if !ans.started.Before(r.changed) {
@@ -419,6 +423,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		r.endRound(now, cfg, gc)
 	}
 	if r.rate == r.good && r.settled() && !now.Before(r.probeAt) {
+		r.probe = true
 		r.set(now, cfg, gc, r.climbTo()) // rule 2: probe
 	}
 	return rampupLeft
@@ -527,7 +532,10 @@ func (r *rampup) failed(took time.Duration) {
 	r.memory = max(r.memory, min(took, rampupMaxMemory))
 	r.fails = min(r.fails+1, rampupMaxFails)
 	r.step = rampupEpsilon
-	r.cost, r.costing = 1, true
+	if r.probe {
+		r.cost, r.costing = 1, true // what a probe of the steady state costs
+	}
+	r.probe = false
 }
 
 // drainRound is rule 4: a refusal in a drain ends a round of nothing but
@@ -543,7 +551,7 @@ func (r *rampup) drainRound(now time.Time, cfg *ScopeConfig, gc int) {
 // endDrain is the first success after a refusal event: the drain is
 // over (rule 4) and the rate goes back to G, no higher than rule 5
 // allows.
-func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
+func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 	r.drain = false
 	if r.costing {
 		r.costing = false
@@ -551,18 +559,25 @@ func (r *rampup) endDrain(now time.Time, cfg *ScopeConfig, gc int) {
 			r.probeAt = now.Add(r.probeInterval(cfg))
 		}
 	}
-	accept, dead := r.drainAt.Sub(r.accAt), now.Sub(r.drainAt)
+	// The drain ended between the start of the last refused request
+	// and that of this success (started).
+	accept, dead := r.drainAt.Sub(r.accAt), started.Sub(r.drainAt)
+	deadLo := max(r.lastNo.Sub(r.drainAt), 0)
 	n := r.accOK - 1 // this success opens the next cycle
-	r.accAt, r.accOK = now, 1
+	r.accAt, r.accOK = started, 1
 	if dead > accept && dead >= rampupCycleMin && n >= rampupCycleOK {
 		// Rule 5: the server refused everything for longer than it
 		// accepted before, and a second or more (a quota spent, a
 		// counter full): what it accepted from the end of the last
 		// drain to the end of this one, over that time, is the most it
-		// allows.
-		if a := float64(n) / (accept + dead).Seconds(); a < r.good {
-			r.bad = min(nonzero(r.bad, r.good), a*(1+rampupEpsilon))
-			r.setGood(now, a*(1-rampupEpsilon))
+		// allows: G and B are that rate over the longest and the
+		// shortest the cycle can have been. The server remembers for
+		// that long: climbs are held as long.
+		r.memory = max(r.memory, min(accept+dead, rampupMaxMemory))
+		lo, hi := float64(n)/(accept+dead).Seconds(), float64(n)/(accept+deadLo).Seconds()
+		if lo < r.good {
+			r.bad = min(nonzero(r.bad, r.good), max(hi, lo*(1+rampupEpsilon)))
+			r.setGood(now, lo*(1-rampupEpsilon))
 			r.probeAt = now.Add(r.probeInterval(cfg))
 			r.set(now, cfg, gc, r.good)
 			return
