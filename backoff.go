@@ -323,11 +323,10 @@ const outageFirstProbe = 5 * time.Second
 func (b *backoff) onSuccess(now time.Time) bool {
 	b.winOK++
 	if b.outage {
-		// The server answers again: back to the delay before the episode.
-		b.outage = false
-		b.delay = b.base
-		b.safe = 0
-		b.lastStep = now
+		// The server answers again: back to the delay before the
+		// episode, which ends (the scope's own delay holds it there),
+		// so the next outage is probed as this one was.
+		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
 		return true
 	}
 	return false

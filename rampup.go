@@ -228,6 +228,7 @@ type rampup struct {
 	run      int     // 5xx in a row, no success and no 429 between
 	runG     float64 // G and B when the run began
 	runB     float64
+	runMem   time.Duration
 	paused   bool // an outage: backoff probes it
 	pausedAt time.Time
 }
@@ -472,7 +473,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		return rampupLeft, false
 	}
 	if r.run == 0 {
-		r.runG, r.runB = r.good, r.bad // what the run may undo
+		r.runG, r.runB, r.runMem = r.good, r.bad, r.memory // what the run may undo
 	}
 	r.run = min(r.run+1, outageRun)
 	if r.run < outageRun {
@@ -481,7 +482,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	// An outage, not a rate: undo what its first failures did to G and
 	// B, and resume where it found the scope.
 	r.paused, r.pausedAt = true, now
-	r.good, r.bad, r.drain, r.costing = r.runG, r.runB, false, false
+	r.good, r.bad, r.memory, r.drain, r.costing = r.runG, r.runB, r.runMem, false, false
 	r.rate = max(r.rate, r.good)
 	return rampupOutage, true
 }
