@@ -2,8 +2,10 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -205,4 +207,64 @@ func TestStatusCrawlScene(t *testing.T) {
 	require.Contains(t, page, "frontier: 1898 requests in 3 groups")
 	require.Contains(t, page, "3 waiting for a time")
 	require.Contains(t, page, `<polyline class="sig" points="`)
+}
+
+// TestStatusSeriesJSON: the JSON carries what the page draws: the busy
+// scopes' 2xx and signals by step, the queues' backlogs, the scopes in
+// backoff, robots.txt's state.
+func TestStatusSeriesJSON(t *testing.T) {
+	h, m, stop := crawlScene(t)
+	defer stop()
+	st := m.Stats()
+	var doc statusJSON
+	require.NoError(t, json.Unmarshal(serveStatus(h, http.MethodGet, "/?format=json", nil).Body.Bytes(), &doc))
+	require.Equal(t, st.InBackoff, doc.InBackoff)
+	require.Len(t, doc.Series, len(st.Series))
+	for i, s := range doc.Series {
+		want := &st.Series[i]
+		require.Equal(t, want.Key, s.Key)
+		require.True(t, want.Start.Equal(s.Start) && want.Since.Equal(s.Since), s.Key)
+		require.Equal(t, 10.0, s.StepS)
+		for k, b := range want.Buckets {
+			require.Equal(t, b.OK, s.OK[k], "%s step %d", s.Key, k)
+			require.Equal(t, b.Signals, s.Signals[k], "%s step %d", s.Key, k)
+		}
+	}
+	flaky := doc.Series[slices.IndexFunc(doc.Series, func(s seriesJSON) bool { return s.Key == "flaky.example" })]
+	var signals uint32
+	for _, n := range flaky.Signals {
+		signals += n
+	}
+	require.Equal(t, uint32(10), signals, "the outage's 503s")
+	require.Equal(t, robotsJSON{Enabled: true, Client: true, Origins: 5, Rules: 3, NoRules: 2, Delays: 1,
+		Note: robotsNote(&st.Robots, st.Totals.Robots)}, doc.Robots)
+	require.Len(t, doc.Queues, 1)
+	q := doc.Queues[0]
+	require.Equal(t, "frontier", q.Name)
+	require.Equal(t, 1898, q.Len)
+	require.Equal(t, 3, q.Waiting)
+	require.Equal(t, []string{"news.example"}, q.Top[0].Keys)
+	require.Equal(t, "waiting", q.Top[0].State)
+	require.False(t, q.Top[0].ReadyAt.IsZero())
+}
+
+// TestStatusRobotsNote: why the robots.txt count is what it is, zero
+// above all, in words.
+func TestStatusRobotsNote(t *testing.T) {
+	for _, c := range []struct {
+		r       throttle.RobotsStats
+		fetched uint64
+		want    string
+	}{
+		{throttle.RobotsStats{}, 0, "off (Config.Robots.Enabled is false)"},
+		{throttle.RobotsStats{Enabled: true}, 0, "no robots.txt fetched yet"},
+		{throttle.RobotsStats{Enabled: true, Client: true, Origins: 2, Rules: 2}, 0, "fetched with Config.Robots.Client"},
+		{throttle.RobotsStats{Enabled: true, Origins: 2, Fetching: 2}, 0, "the first fetches are under way"},
+		{throttle.RobotsStats{Enabled: true, Origins: 3, NoRules: 2, Failed: 1}, 3, "None asks for a delay"},
+		{throttle.RobotsStats{Enabled: true, Origins: 3, Failed: 3}, 3, "3 failed (a 5xx, a network error or a timeout"},
+		{throttle.RobotsStats{Enabled: true, Origins: 1, Rules: 1, Delays: 1}, 1, "1 host has a robots.txt delay"},
+		{throttle.RobotsStats{Enabled: true, Enforce: true}, 0, "Enforced"},
+	} {
+		require.Contains(t, robotsNote(&c.r, c.fetched), c.want, "%+v", c.r)
+	}
 }

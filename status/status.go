@@ -48,9 +48,19 @@ const (
 // and HTML is the default. Any other format, an n that is not a positive
 // integer, or a refresh that is not a non-negative integer, gets 400.
 //
-// Both formats show the totals (in flight, waiting, requests, responses by
-// status class, backoff signals, robots.txt fetches) and three tables of at most n scopes
-// (?n=, default 50; larger values than 1000 count as 1000):
+// Handler calls m.RecordSeries: the charts below start when the handler
+// is made, so make it when the manager is.
+//
+// Both formats show the totals (in flight, waiting, scopes in backoff,
+// requests, responses by status class, backoff signals, robots.txt
+// fetches), what the robots.txt cache holds and so why its count is what
+// it is (off, nothing fetched yet, fetched with a Client of one's own,
+// failed fetches, no delay asked), the busiest scopes' 2xx responses and
+// backoff signals per 10 seconds over the last 15 minutes
+// (throttle.Stats.Series: at most throttle.SeriesScopes, and at most n),
+// the backlog of each ReadyQueue given with WithQueue, with its n groups
+// holding the most requests, and three tables of at most n scopes (?n=,
+// default 50; larger values than 1000 count as 1000):
 //
 //   - waiting: only the scopes with callers waiting in Acquire, the most
 //     waiting first, then the most permits in flight, then the most
@@ -62,10 +72,11 @@ const (
 //     most requests, then by key, so that the active scopes show even
 //     when no caller waits.
 //
-// The HTML page reloads itself every ?refresh= seconds (default 5, at
-// most 3600; 0 turns it off) with a meta refresh, no JavaScript; the
-// JSON answer ignores refresh. Under the tables, a legend explains each
-// column in plain words.
+// The HTML page draws each busy scope's series as an inline SVG chart
+// (two lines: 2xx and signals per second). It reloads itself every
+// ?refresh= seconds (default 5, at most 3600; 0 turns it off) with a meta
+// refresh, no JavaScript; the JSON answer ignores refresh. Under the
+// tables, a legend explains each column in plain words.
 //
 // The JSON document is one object with these stable fields:
 //
@@ -73,13 +84,30 @@ const (
 //	in_flight, waiting    permits held, callers waiting, all scopes
 //	global_concurrency    throttle.Config.GlobalConcurrency
 //	scopes                how many scopes the manager holds
-//	n                     the row limit applied to the three lists
+//	n                     the row limit applied to the lists
+//	in_backoff            how many scopes are in backoff
 //	totals                counts, as below, since New
+//	robots                the robots.txt cache: enabled, client (fetched
+//	                      with Config.Robots.Client), enforce, origins
+//	                      (cached), fetching, rules, no_rules (a 4xx),
+//	                      failed, delays (hosts with a robots.txt delay),
+//	                      note (why the count is what it is, in words)
+//	series                the busiest scopes, busiest first: key,
+//	                      key_bytes, start (of the first step), since
+//	                      (charted from), step_s (10), recent_per_s
+//	                      (answers per second lately), 2xx and signals
+//	                      (90 counts each, one per step, oldest first;
+//	                      the last step holds at)
+//	queues                one per WithQueue: name, len (requests), groups,
+//	                      ready, waiting, parked, global_full, poppers,
+//	                      next_at (omitted when none), top (the groups
+//	                      holding the most: keys, requests, state,
+//	                      ready_at)
 //	top_waiting           only the scopes with callers waiting
 //	top_backoff           the scopes in backoff
 //	top_busy              the busiest scopes, waiting or not
 //	the three lists' scopes, each with the same fields:
-//	  key, in_flight, waiting, concurrency, delay_ms, why,
+//	  key, key_bytes, in_flight, waiting, concurrency, delay_ms, why,
 //	  ready_at (omitted when unknown), backoff_delay_ms,
 //	  backoff_concurrency, backoff_bad_ms, backoff_safe_ms, outage,
 //	  autothrottle_delay_ms, rampup_rate_per_s, rate_per_s (the pace's
@@ -89,6 +117,11 @@ const (
 //	counts: requests, signals, responses: 1xx 2xx 3xx 4xx 5xx errors,
 //	  robots_txt (the manager's robots.txt fetches, counted apart from
 //	  the requests, their responses and signals: throttle.Counts.Robots)
+//
+// A key longer than 1024 bytes is cut (on a character's boundary) and
+// key_bytes gives its length; key_bytes is omitted for the others. The
+// JSON is UTF-8: encoding/json replaces the bytes of a key that are not
+// with U+FFFD, and escapes <, > and &.
 //
 // Durations are milliseconds as JSON numbers (fractions for sub-ms
 // values) in fields named *_ms, zero meaning none (no backoff,
@@ -100,12 +133,19 @@ const (
 //
 // The HTML page uses no JavaScript and loads nothing else (one inline
 // style sheet; its Content-Security-Policy forbids the rest), and escapes
-// everything it shows: scope keys come from the crawled URLs.
+// everything it shows: scope keys come from the crawled URLs. A key is
+// shown as it is when it is printable UTF-8; otherwise quoted, with its
+// control characters, invalid bytes and invisible or direction-changing
+// characters spelled out (strconv.QuoteToGraphic); beyond 256 bytes it
+// is cut and says its length. So the page stays bounded: n rows a table
+// (n groups a queue), at most throttle.SeriesScopes charts, 256 bytes a
+// key.
 //
 // Each request takes one snapshot with m.StatsInto into pooled memory and
 // selects the top n of each table without sorting the rest: it costs one
 // pass over the scopes, which locks each scope briefly, as m.Stats does,
-// and one pass over the snapshot per table.
+// and one pass over the snapshot per table; and one pass under each
+// queue's lock over its groups (throttle.ReadyQueue.StatsInto).
 func Handler(m *throttle.ThrottlingManager, opts ...Option) http.Handler {
 	h := &statusHandler{m: m}
 	for _, o := range opts {
