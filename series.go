@@ -12,23 +12,26 @@ package throttle
 // scope not counted yet takes the place of the candidate with the fewest
 // answers, and inherits its count as its error, so a scope that answers
 // more often than one in seriesCandidates stays counted; a newcomer
-// takes that place only if it wins a draw (see seriesTable.least). The counted
-// scopes are found by their key's hash in a small open-addressing index,
-// so an answer costs the same with ten scopes or a million. The counts decay
-// by an eighth every step (a half-life of about 52 s), so they follow
-// recent answers. At each step the candidate with the highest lower
-// bound (count less error) takes the place of the charted scope with the
-// lowest count, when it is a quarter higher: the charts don't flap
-// between scopes of about the same rate. While fewer than SeriesScopes
-// scopes are charted, a scope is charted from its first answer.
+// takes that place only if it wins a draw (see seriesTable.least). The
+// counted scopes are found by their key's hash in a small open-addressing
+// index, so an answer costs the same with ten scopes or a million. The
+// counts decay by an eighth every step (a half-life of about 52 s), so
+// they follow recent answers. At each step the candidate with the
+// highest lower bound (count less error) takes the place of the charted
+// scope with the lowest count, when it is a quarter higher: the charts
+// don't flap between scopes of about the same rate. While fewer than
+// SeriesScopes scopes are charted, a scope is charted from its first
+// answer.
 //
 // A charted scope has a ring of SeriesLen buckets. Its buckets are read
 // from the scope's own counters (Counts.Responses[2], Counts.Signals),
 // which its lock guards: at each of its releases the table reads them,
-// and adds what changed since the last reading to the bucket of now. So
-// the series counts exactly what Counts count, robots.txt fetches
-// excluded, and a scope's policy alone says what a signal is. Any other
-// scope costs nothing: no ring, no field in the scope.
+// and adds what changed since the last reading to the bucket of the
+// answer's time (its request's start plus its latency; the table never
+// goes back, so a late answer counts in the latest step seen). So the
+// series counts exactly what Counts count, robots.txt fetches excluded,
+// and a scope's policy alone says what a signal is. Any other scope costs
+// nothing: no ring, no field in the scope.
 
 import (
 	"hash/maphash"
@@ -55,14 +58,16 @@ const seriesCandidates = 36
 // eighth a step (c -= c>>3), and the unit keeps that from stopping at 7.
 const seriesUnit = 1 << 8
 
-// SeriesBucket is one step of a ScopeSeries: the answers that came in it.
+// SeriesBucket is one step of a ScopeSeries: the answers that came in it
+// (an answer comes at its request's start plus its latency).
 type SeriesBucket struct {
 	OK      uint32 // 2xx responses (as Counts.Responses[2])
 	Signals uint32 // backoff signals (as Counts.Signals): 429, 503, timeouts ...
 }
 
 // ScopeSeries is one busy scope's answers over the last SeriesLen steps
-// of SeriesStep (15 minutes), oldest first. A plain value.
+// of SeriesStep (15 minutes), oldest first. Stats.Series leaves out a
+// charted scope with no answer in them. A plain value.
 type ScopeSeries struct {
 	Key string
 	// Start is the start of Buckets[0]: bucket i holds the answers that
@@ -457,8 +462,8 @@ func (t *seriesTable) snapshot(dst []ScopeSeries, now time.Time) []ScopeSeries {
 				some = some || out.Buckets[k] != SeriesBucket{}
 			}
 		}
-		if !some && sl.count == 0 {
-			dst = dst[:len(dst)-1] // nothing in 15 minutes: no longer busy
+		if !some {
+			dst = dst[:len(dst)-1] // no answer since charted, in 15 minutes: nothing to show
 			continue
 		}
 		out.Key = sl.s.key
