@@ -18,6 +18,8 @@ package throttle
 //     found under locks on (warnAsync), afterRelease gives them out.
 //   - a ReadyQueue (NewReadyQueue): afterRelease unparks the groups waiting
 //     for one of the permit's scopes.
+//   - the series (RecordSeries): afterRelease counts the answers of the
+//     busiest scopes (series.go).
 //
 // Only the features in use subscribe, so a manager without them pays a
 // check of a bool or an empty list at each point, and one atomic load
@@ -92,11 +94,12 @@ type releasedSub struct {
 // The order in which afterRelease's subscribers hear of a release,
 // whenever they subscribe: the hooks, then the warnings (the Warning
 // hook's events come after the release's own), then the ReadyQueues, in
-// the order they were made.
+// the order they were made, then the series.
 const (
 	rankHooks = iota
 	rankWarnings
 	rankQueues
+	rankSeries
 )
 
 // subscribeReleased adds f to afterRelease's subscribers, after those of

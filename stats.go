@@ -75,16 +75,64 @@ type ScopeStats struct {
 	Counts Counts
 }
 
+// InBackoff reports whether the scope is in backoff at at (the Stats'
+// At): its delay raised or its concurrency lowered by backoff, an outage
+// being probed, or a server-given gate still pending.
+func (ss *ScopeStats) InBackoff(at time.Time) bool {
+	return ss.BackoffDelay > 0 || ss.BackoffConcurrency > 0 || ss.Outage || ss.Gate.After(at)
+}
+
 // Stats is a snapshot of a manager. The zero value is an empty snapshot.
 // Stats returns a new one each call; StatsInto overwrites st and reuses its
-// Scopes slice, so st must not be read while StatsInto runs.
+// Scopes and Series slices, so st must not be read while StatsInto runs.
 type Stats struct {
 	At                time.Time
 	InFlight          int // permits held, all scopes
 	Waiting           int // callers blocked in Acquire
 	GlobalConcurrency int
 	Totals            Counts // since New, forgotten scopes included
-	Scopes            []ScopeStats
+	// InBackoff is how many scopes are in backoff (ScopeStats.InBackoff).
+	InBackoff int
+	// Robots is the robots.txt cache: what was fetched, and so why
+	// Totals.Robots is what it is.
+	Robots RobotsStats
+	Scopes []ScopeStats
+	// Series are the busiest scopes' answers over the last 15 minutes,
+	// the busiest first: at most SeriesScopes scopes, those with the
+	// most answers lately (see ScopeSeries). A scope is counted from
+	// when it became one of them, and only while it is: the manager
+	// keeps a ring for each of these scopes and none for the others.
+	Series []ScopeSeries
+}
+
+// RobotsStats is the state of a manager's robots.txt handling (see
+// RobotsConfig) at the moment of a Stats call. The origins are those in
+// the cache (at most RobotsConfig.MaxOrigins); each is in one of Fetching,
+// Rules, NoRules and Failed. Counts.Robots counts the fetches.
+type RobotsStats struct {
+	// Enabled is RobotsConfig.Enabled: without it nothing is fetched.
+	Enabled bool
+	// Client says RobotsConfig.Client fetches robots.txt: its fetches are
+	// in Counts.Robots only if its Transport is this manager's.
+	Client bool
+	// Enforce is RobotsConfig.Enforce.
+	Enforce bool
+	// Origins is the number of origins (scheme, host, port) whose
+	// robots.txt was fetched or is being fetched, and is still cached.
+	Origins int
+	// Fetching: a fetch under way, with no rules or failure from before.
+	Fetching int
+	// Rules: a robots.txt with rules (a 2xx answer).
+	Rules int
+	// NoRules: nothing applies (a 4xx answer, too many redirects):
+	// everything allowed, no delay.
+	NoRules int
+	// Failed: the last fetch failed (a 5xx, a network error, a timeout);
+	// it is tried again later, and rules fetched before still apply.
+	Failed int
+	// Delays is the number of hosts whose robots.txt asks for a delay
+	// (Crawl-delay or Request-rate) for the user agent.
+	Delays int
 }
 
 // scopeCounts are a scope's counters, kept by the manager under the
@@ -172,7 +220,7 @@ func (m *ThrottlingManager) Stats() Stats {
 // shared with the manager, not copied).
 func (m *ThrottlingManager) StatsInto(st *Stats) {
 	now := m.clock.Now()
-	*st = Stats{At: now, Scopes: st.Scopes[:0], GlobalConcurrency: m.cfg.GlobalConcurrency,
+	*st = Stats{At: now, Scopes: st.Scopes[:0], Series: st.Series, GlobalConcurrency: m.cfg.GlobalConcurrency,
 		Waiting: int(m.waiting.Load()), InFlight: int(m.global.n.Load())}
 	globalFull := m.global.n.Load() >= m.global.limit
 	for i := range m.shards {
@@ -188,9 +236,15 @@ func (m *ThrottlingManager) StatsInto(st *Stats) {
 			m.scopeStats(s, now, globalFull, ss)
 			s.mu.Unlock()
 			st.Totals.add(&ss.Counts)
+			if ss.InBackoff(now) {
+				st.InBackoff++
+			}
 		}
 		sh.mu.RUnlock()
 	}
+	// After the scopes, whose locks the series' table takes under its own.
+	st.Series = m.series.snapshot(st.Series, now)
+	m.robotsStats(&st.Robots)
 }
 
 // scopeStats fills ss with s's state; s is locked.

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/crawlerkit/throttle/hooks"
 	"github.com/stretchr/testify/require"
@@ -249,4 +252,350 @@ func TestHooksCarryTheRequestContext(t *testing.T) {
 	require.Len(t, released, 2)
 	require.NotNil(t, released[1])
 	require.Nil(t, released[1].Value(key{}))
+}
+
+// BenchmarkStatsSeries: Acquire and Release with the series recorded
+// (RecordSeries) and without, in the same run: one scope (charted: its
+// counters are read at each release), 10 scopes (all charted) and 10,000
+// scopes (most of them counted as candidates or not at all), on one
+// goroutine and on parallel ones (the table's lock).
+func BenchmarkStatsSeries(b *testing.B) {
+	for _, parallel := range []bool{false, true} {
+		for _, hosts := range []int{1, 10, 10000} {
+			if parallel && hosts != 10000 {
+				continue
+			}
+			for _, series := range []bool{true, false} {
+				name := fmt.Sprintf("hosts=%d/series=%v", hosts, series)
+				if parallel {
+					name = "parallel/" + name
+				}
+				b.Run(name, func(b *testing.B) {
+					m, err := New(benchConfig())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if series {
+						m.RecordSeries()
+					}
+					reqs := benchRequests(b, hosts)
+					var next atomic.Int64
+					loop := func(more func() bool) {
+						ctx := context.Background()
+						for i := int(next.Add(1)) * 7919; more(); i++ {
+							p, err := m.Acquire(ctx, reqs[i%hosts])
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							p.Release(ok200, nil)
+						}
+					}
+					b.ReportAllocs()
+					if parallel {
+						b.RunParallel(func(pb *testing.PB) { loop(pb.Next) })
+					} else {
+						loop(b.Loop)
+					}
+				})
+			}
+		}
+	}
+}
+
+// seriesConfig admits at once: the series tests count answers, not waits.
+func seriesConfig() Config {
+	cfg := statsConfig()
+	cfg.Default.Delay = 0
+	return cfg
+}
+
+// seriesAnswer acquires one request of host and releases it with status, at
+// the clock's time (a fake one: synctest's).
+func seriesAnswer(t *testing.T, m *ThrottlingManager, host string, status int) {
+	t.Helper()
+	p, err := m.Acquire(context.Background(), get(t, "http://"+host+"/"))
+	require.NoError(t, err)
+	p.Release(&http.Response{StatusCode: status, Header: http.Header{}}, nil)
+}
+
+// seriesOf returns the series of key in st, or nil.
+func seriesOf(st *Stats, key string) *ScopeSeries {
+	for i := range st.Series {
+		if st.Series[i].Key == key {
+			return &st.Series[i]
+		}
+	}
+	return nil
+}
+
+// bucketAt returns the bucket of ser that holds at.
+func bucketAt(t *testing.T, ser *ScopeSeries, at time.Time) SeriesBucket {
+	t.Helper()
+	i := int(at.Sub(ser.Start) / SeriesStep)
+	require.True(t, i >= 0 && i < SeriesLen, "%v is outside the series from %v", at, ser.Start)
+	return ser.Buckets[i]
+}
+
+// TestStatsSeriesBuckets: after RecordSeries, a scope's 2xx and backoff
+// signals land in the 10-second bucket of the time they came, the last
+// bucket holds Stats.At, the buckets sum to the scope's counts, and they
+// slide out after 15 minutes. Without RecordSeries there is no series.
+// In fake time.
+func TestStatsSeriesBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, seriesConfig())
+		seriesAnswer(t, m, "before.test", 200)
+		require.Empty(t, m.Stats().Series, "not recorded before RecordSeries")
+		m.RecordSeries()
+		m.RecordSeries() // idempotent
+
+		t0 := time.Now() // synctest's epoch: 2000-01-01, on a step
+		require.Equal(t, t0, t0.Truncate(SeriesStep))
+		for range 3 {
+			seriesAnswer(t, m, "a.test", 200)
+		}
+		time.Sleep(12 * time.Second)
+		seriesAnswer(t, m, "a.test", 200)
+		seriesAnswer(t, m, "a.test", 200)
+		seriesAnswer(t, m, "a.test", 503) // a signal: backoff raises the delay
+		time.Sleep(20 * time.Second)
+		seriesAnswer(t, m, "a.test", 429)
+		seriesAnswer(t, m, "a.test", 404) // neither
+
+		st := m.Stats()
+		require.Len(t, st.Series, 1, "before.test answered before RecordSeries")
+		a := seriesOf(&st, "a.test")
+		require.NotNil(t, a)
+		require.Equal(t, st.At.Truncate(SeriesStep), a.Start.Add((SeriesLen-1)*SeriesStep), "the last bucket holds At")
+		require.Equal(t, t0, a.Since)
+		require.Equal(t, SeriesBucket{OK: 3}, bucketAt(t, a, t0))
+		require.Equal(t, SeriesBucket{OK: 2, Signals: 1}, bucketAt(t, a, t0.Add(SeriesStep)))
+		require.Equal(t, SeriesBucket{}, bucketAt(t, a, t0.Add(2*SeriesStep)))
+		require.Equal(t, SeriesBucket{Signals: 1}, bucketAt(t, a, st.At))
+		var sum SeriesBucket
+		for _, b := range a.Buckets {
+			sum.OK += b.OK
+			sum.Signals += b.Signals
+		}
+		c := scopeStat(st, "a.test").Counts
+		require.Equal(t, SeriesBucket{OK: uint32(c.Responses[2]), Signals: uint32(c.Signals)}, sum)
+		require.Greater(t, a.Recent, 0.0)
+		for i := range SeriesLen - 4 {
+			require.Equal(t, SeriesBucket{}, a.Buckets[i], "bucket %d: before Since", i)
+		}
+
+		// 14 minutes on, the first bucket is still in; 2 more and all
+		// are out: the scope is no longer shown.
+		time.Sleep(14 * time.Minute)
+		st = m.Stats()
+		a = seriesOf(&st, "a.test")
+		require.NotNil(t, a)
+		require.Equal(t, SeriesBucket{OK: 3}, bucketAt(t, a, t0))
+		time.Sleep(2 * time.Minute)
+		st = m.Stats()
+		require.Nil(t, seriesOf(&st, "a.test"), "nothing in 15 minutes: not busy")
+	})
+}
+
+// TestStatsSeriesBusiest: with more scopes than SeriesScopes, the series
+// follow the busiest. 40 scopes answer once every step; then three
+// answer 20 times a step, and within a minute they are charted, the
+// busiest first, from the step they were charted. The table never holds
+// more than SeriesScopes rings and seriesCandidates counts, whatever the
+// number of scopes: 5,000 more that answer once change neither.
+func TestStatsSeriesBusiest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, seriesConfig())
+		m.RecordSeries()
+		light := func() {
+			for i := range 40 {
+				seriesAnswer(t, m, fmt.Sprintf("light%d.test", i), 200)
+			}
+		}
+		light()
+		time.Sleep(SeriesStep)
+		t1 := time.Now()
+		for range 6 {
+			light()
+			for i, host := range []string{"heavy0.test", "heavy1.test", "heavy2.test"} {
+				for range 20 + 5*i {
+					seriesAnswer(t, m, host, 200)
+				}
+			}
+			time.Sleep(SeriesStep)
+		}
+		st := m.Stats()
+		require.LessOrEqual(t, len(st.Series), SeriesScopes)
+		keys := make([]string, 0, 3)
+		for _, s := range st.Series[:3] {
+			keys = append(keys, s.Key)
+		}
+		require.Equal(t, []string{"heavy2.test", "heavy1.test", "heavy0.test"}, keys)
+		for i, s := range st.Series[:3] {
+			require.False(t, s.Since.Before(t1), "%s charted from %v", s.Key, s.Since)
+			require.True(t, s.Since.Before(t1.Add(time.Minute)), "%s charted from %v", s.Key, s.Since)
+			// From Since on, every answer is counted, in its step.
+			for at := s.Since; at.Before(time.Now().Truncate(SeriesStep)); at = at.Add(SeriesStep) {
+				require.Equal(t, SeriesBucket{OK: uint32(30 - 5*i)}, bucketAt(t, &s, at), "%s at %v", s.Key, at)
+			}
+			require.Equal(t, SeriesBucket{}, bucketAt(t, &s, s.Since.Add(-SeriesStep)), "%s before Since", s.Key)
+		}
+		require.Greater(t, st.Series[0].Recent, st.Series[2].Recent)
+
+		for i := range 5000 {
+			seriesAnswer(t, m, fmt.Sprintf("once%d.test", i), 200)
+		}
+		m.series.mu.Lock()
+		shown, cands := len(m.series.shown), len(m.series.cands)
+		m.series.mu.Unlock()
+		require.Equal(t, SeriesScopes, shown)
+		require.Equal(t, seriesCandidates, cands)
+		st = m.Stats()
+		require.Equal(t, "heavy2.test", st.Series[0].Key, "the busiest stay charted")
+	})
+}
+
+// TestStatsSeriesMemory: the series cost a fixed table per manager (a
+// ring for each charted scope, a count for each candidate), and nothing
+// for the other scopes: 10,000 scopes answered with RecordSeries take
+// the same heap as without, but for the table.
+func TestStatsSeriesMemory(t *testing.T) {
+	heap := func(series bool) int64 {
+		before := liveHeap()
+		m := newManager(t, seriesConfig())
+		if series {
+			m.RecordSeries()
+		}
+		for i := range 10000 {
+			p, err := m.Acquire(context.Background(), get(t, fmt.Sprintf("http://h%d.test/", i)))
+			require.NoError(t, err)
+			p.Release(ok200, nil)
+		}
+		after := liveHeap()
+		runtime.KeepAlive(m)
+		return int64(after) - int64(before)
+	}
+	slot := int64(unsafe.Sizeof(seriesSlot{}))
+	table := SeriesScopes*slot + seriesCandidates*int64(unsafe.Sizeof(seriesCount{})) + int64(unsafe.Sizeof(seriesTable{}))
+	heap(true) // warm up: the first manager's allocations
+	without, with := heap(false), heap(true)
+	t.Logf("%d B per charted scope (ring of %d buckets), table %d B; live heap for 10,000 scopes: %d B without the series, %d B with (%+d B)",
+		slot, SeriesLen, table, without, with, with-without)
+	require.Less(t, with-without, table+16<<10, "nothing per scope but the charted ones")
+}
+
+// TestStatsInBackoff: Stats counts the scopes in backoff as
+// ScopeStats.InBackoff says: a raised delay, a server gate.
+func TestStatsInBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, seriesConfig())
+		seriesAnswer(t, m, "ok.test", 200)
+		seriesAnswer(t, m, "slow.test", 503)
+		p, err := m.Acquire(context.Background(), get(t, "http://gated.test/"))
+		require.NoError(t, err)
+		p.Release(&http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"30"}}}, nil)
+		st := m.Stats()
+		require.Equal(t, 2, st.InBackoff)
+		require.False(t, scopeStat(st, "ok.test").InBackoff(st.At))
+		require.True(t, scopeStat(st, "slow.test").InBackoff(st.At))
+		require.True(t, scopeStat(st, "gated.test").InBackoff(st.At))
+	})
+}
+
+// robotsSites is a RoundTripper of several robotsSites, by host.
+type robotsSites map[string]*robotsSite
+
+func (s robotsSites) RoundTrip(req *http.Request) (*http.Response, error) {
+	return s[req.URL.Hostname()].RoundTrip(req)
+}
+
+// TestStatsRobots: Stats.Robots says why Counts.Robots is what it is:
+// robots.txt off, nothing fetched yet, and then for each origin whether
+// its robots.txt had rules, none (a 404) or failed (a 503), and how many
+// hosts it asks a delay of.
+func TestStatsRobots(t *testing.T) {
+	off := newManager(t, seriesConfig())
+	require.Equal(t, RobotsStats{}, off.Stats().Robots)
+
+	synctest.Test(t, func(t *testing.T) {
+		m := robotsManager(t, func(c *Config) { c.Robots.Enforce = true })
+		st := m.Stats()
+		require.Equal(t, RobotsStats{Enabled: true, Enforce: true}, st.Robots, "nothing fetched yet")
+		sites := robotsSites{
+			"rules.test": {robotsTxt: "User-agent: *\nCrawl-delay: 1\nDisallow: /private\n"},
+			"none.test":  {robotsStatus: 404},
+			"down.test":  {robotsStatus: 503},
+		}
+		client := &http.Client{Transport: m.Transport(sites)}
+		for host := range sites {
+			resp, err := client.Get("http://" + host + "/")
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+		st = m.Stats()
+		require.Equal(t, RobotsStats{Enabled: true, Enforce: true, Origins: 3, Rules: 1, NoRules: 1, Failed: 1, Delays: 1}, st.Robots)
+		require.Equal(t, uint64(3), st.Totals.Robots)
+	})
+}
+
+// TestStatsReadyQueue: ReadyQueue.Stats shows the backlog: the requests
+// held, the groups in each place, the Pop callers waiting, when the next
+// waiting group is asked, and the groups that hold the most.
+func TestStatsReadyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, statsConfig()) // Delay 1s, Concurrency 1
+		q := NewReadyQueue(m)
+		require.Equal(t, QueueStats{At: time.Now()}, q.Stats(5), "empty")
+		for host, n := range map[string]int{"a.test": 5, "b.test": 3, "c.test": 1} {
+			for range n {
+				require.NoError(t, q.Push(get(t, "http://"+host+"/"), 0))
+			}
+		}
+		st := q.Stats(5)
+		require.Equal(t, 9, st.Len)
+		require.Equal(t, 3, st.Groups)
+		require.Equal(t, 3, st.Ready)
+		require.Equal(t, []QueueGroupStats{{Keys: []string{"a.test"}, Requests: 5, State: "ready"},
+			{Keys: []string{"b.test"}, Requests: 3, State: "ready"}, {Keys: []string{"c.test"}, Requests: 1, State: "ready"}}, st.Top)
+
+		// One request of each host starts and holds its slot: the others
+		// park until a release.
+		held := map[string]*Permit{}
+		for range 3 {
+			req, p, _, err := q.TryPop()
+			require.NoError(t, err)
+			require.NotNil(t, p)
+			held[req.URL.Host] = p
+		}
+		req, _, _, _ := q.TryPop()
+		require.Nil(t, req)
+		st = q.Stats(1)
+		require.Equal(t, QueueStats{At: time.Now(), Len: 6, Groups: 2, Parked: 2,
+			Top: []QueueGroupStats{{Keys: []string{"a.test"}, Requests: 4, State: "parked"}}}, st)
+
+		// a's release unparks it; its next start waits for the delay, and
+		// a Pop caller waits for it.
+		held["a.test"].Release(ok200, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			q.Pop(ctx)
+		}()
+		synctest.Wait()
+		st = q.Stats(5)
+		next := held["a.test"].Acquired().Add(time.Second)
+		require.Equal(t, 1, st.Poppers)
+		require.Equal(t, 1, st.Waiting)
+		require.Equal(t, 1, st.Parked)
+		require.Equal(t, next, st.NextAt)
+		require.Equal(t, QueueGroupStats{Keys: []string{"a.test"}, Requests: 4, State: "waiting", ReadyAt: next}, st.Top[0])
+		cancel()
+		<-done
+		for _, p := range held {
+			p.Release(ok200, nil)
+		}
+	})
 }

@@ -56,8 +56,10 @@ type ThrottlingManager struct {
 	sweepTurn atomic.Uint32
 
 	// obs are the features that follow admission and release: MaxHold,
-	// the hooks, the warnings, ReadyQueues (observers.go).
+	// the hooks, the warnings, ReadyQueues, the series (observers.go).
 	obs observers
+	// series are the busiest scopes' recent answers, for Stats (series.go).
+	series seriesTable
 }
 
 // New returns a ThrottlingManager for cfg, or a *ConfigError naming the

@@ -13,6 +13,7 @@ package status
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"math"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/crawlerkit/throttle"
 )
@@ -46,9 +48,19 @@ const (
 // and HTML is the default. Any other format, an n that is not a positive
 // integer, or a refresh that is not a non-negative integer, gets 400.
 //
-// Both formats show the totals (in flight, waiting, requests, responses by
-// status class, backoff signals, robots.txt fetches) and three tables of at most n scopes
-// (?n=, default 50; larger values than 1000 count as 1000):
+// Handler calls m.RecordSeries: the charts below start when the handler
+// is made, so make it when the manager is.
+//
+// Both formats show the totals (in flight, waiting, scopes in backoff,
+// requests, responses by status class, backoff signals, robots.txt
+// fetches), what the robots.txt cache holds and so why its count is what
+// it is (off, nothing fetched yet, fetched with a Client of one's own,
+// failed fetches, no delay asked), the busiest scopes' 2xx responses and
+// backoff signals per 10 seconds over the last 15 minutes
+// (throttle.Stats.Series: at most throttle.SeriesScopes, and at most n),
+// the backlog of each ReadyQueue given with WithQueue, with its n groups
+// holding the most requests, and three tables of at most n scopes (?n=,
+// default 50; larger values than 1000 count as 1000):
 //
 //   - waiting: only the scopes with callers waiting in Acquire, the most
 //     waiting first, then the most permits in flight, then the most
@@ -60,10 +72,11 @@ const (
 //     most requests, then by key, so that the active scopes show even
 //     when no caller waits.
 //
-// The HTML page reloads itself every ?refresh= seconds (default 5, at
-// most 3600; 0 turns it off) with a meta refresh, no JavaScript; the
-// JSON answer ignores refresh. Under the tables, a legend explains each
-// column in plain words.
+// The HTML page draws each busy scope's series as an inline SVG chart
+// (two lines: 2xx and signals per second). It reloads itself every
+// ?refresh= seconds (default 5, at most 3600; 0 turns it off) with a meta
+// refresh, no JavaScript; the JSON answer ignores refresh. Under the
+// tables, a legend explains each column in plain words.
 //
 // The JSON document is one object with these stable fields:
 //
@@ -71,13 +84,30 @@ const (
 //	in_flight, waiting    permits held, callers waiting, all scopes
 //	global_concurrency    throttle.Config.GlobalConcurrency
 //	scopes                how many scopes the manager holds
-//	n                     the row limit applied to the three lists
+//	n                     the row limit applied to the lists
+//	in_backoff            how many scopes are in backoff
 //	totals                counts, as below, since New
+//	robots                the robots.txt cache: enabled, client (fetched
+//	                      with Config.Robots.Client), enforce, origins
+//	                      (cached), fetching, rules, no_rules (a 4xx),
+//	                      failed, delays (hosts with a robots.txt delay),
+//	                      note (why the count is what it is, in words)
+//	series                the busiest scopes, busiest first: key,
+//	                      key_bytes, start (of the first step), since
+//	                      (charted from), step_s (10), recent_per_s
+//	                      (answers per second lately), 2xx and signals
+//	                      (90 counts each, one per step, oldest first;
+//	                      the last step holds at)
+//	queues                one per WithQueue: name, len (requests), groups,
+//	                      ready, waiting, parked, global_full, poppers,
+//	                      next_at (omitted when none), top (the groups
+//	                      holding the most: keys, requests, state,
+//	                      ready_at)
 //	top_waiting           only the scopes with callers waiting
 //	top_backoff           the scopes in backoff
 //	top_busy              the busiest scopes, waiting or not
 //	the three lists' scopes, each with the same fields:
-//	  key, in_flight, waiting, concurrency, delay_ms, why,
+//	  key, key_bytes, in_flight, waiting, concurrency, delay_ms, why,
 //	  ready_at (omitted when unknown), backoff_delay_ms,
 //	  backoff_concurrency, backoff_bad_ms, backoff_safe_ms, outage,
 //	  autothrottle_delay_ms, rampup_rate_per_s, rate_per_s (the pace's
@@ -87,6 +117,11 @@ const (
 //	counts: requests, signals, responses: 1xx 2xx 3xx 4xx 5xx errors,
 //	  robots_txt (the manager's robots.txt fetches, counted apart from
 //	  the requests, their responses and signals: throttle.Counts.Robots)
+//
+// A key longer than 1024 bytes is cut (on a character's boundary) and
+// key_bytes gives its length; key_bytes is omitted for the others. The
+// JSON is UTF-8: encoding/json replaces the bytes of a key that are not
+// with U+FFFD, and escapes <, > and &.
 //
 // Durations are milliseconds as JSON numbers (fractions for sub-ms
 // values) in fields named *_ms, zero meaning none (no backoff,
@@ -98,20 +133,53 @@ const (
 //
 // The HTML page uses no JavaScript and loads nothing else (one inline
 // style sheet; its Content-Security-Policy forbids the rest), and escapes
-// everything it shows: scope keys come from the crawled URLs.
+// everything it shows: scope keys come from the crawled URLs. A key is
+// shown as it is when it is printable UTF-8; otherwise quoted, with its
+// control characters, invalid bytes and invisible or direction-changing
+// characters spelled out (strconv.QuoteToGraphic); beyond 256 bytes it
+// is cut and says its length. So the page stays bounded: n rows a table
+// (n groups a queue), at most throttle.SeriesScopes charts, 256 bytes a
+// key.
 //
 // Each request takes one snapshot with m.StatsInto into pooled memory and
 // selects the top n of each table without sorting the rest: it costs one
 // pass over the scopes, which locks each scope briefly, as m.Stats does,
-// and one pass over the snapshot per table.
-func Handler(m *throttle.ThrottlingManager) http.Handler {
-	return &statusHandler{m: m}
+// and one pass over the snapshot per table; and one pass under each
+// queue's lock over its groups (throttle.ReadyQueue.StatsInto).
+func Handler(m *throttle.ThrottlingManager, opts ...Option) http.Handler {
+	h := &statusHandler{m: m}
+	for _, o := range opts {
+		o(h)
+	}
+	m.RecordSeries()
+	return h
+}
+
+// An Option adds to what Handler shows.
+type Option func(*statusHandler)
+
+// WithQueue shows q's backlog under name (throttle.ReadyQueue.Stats):
+// the requests it holds, its groups ready, waiting and parked, the Pop
+// callers waiting, and the groups that hold the most. A queue's requests
+// are not callers waiting in Acquire: without WithQueue the page cannot
+// see them.
+func WithQueue(name string, q *throttle.ReadyQueue) Option {
+	return func(h *statusHandler) {
+		h.queues = append(h.queues, namedQueue{name: name, q: q})
+	}
 }
 
 // statusHandler serves Handler's page.
 type statusHandler struct {
-	m    *throttle.ThrottlingManager
-	pool sync.Pool // *statusScratch
+	m      *throttle.ThrottlingManager
+	queues []namedQueue
+	pool   sync.Pool // *statusScratch
+}
+
+// namedQueue is a ReadyQueue given with WithQueue.
+type namedQueue struct {
+	name string
+	q    *throttle.ReadyQueue
 }
 
 // statusScratch is one request's memory, reused across requests.
@@ -126,6 +194,7 @@ type statusScratch struct {
 	jsonWait  []scopeJSON
 	jsonBack  []scopeJSON
 	jsonBusy  []scopeJSON
+	queues    []throttle.QueueStats // one per WithQueue, in order
 	buf       bytes.Buffer
 }
 
@@ -159,15 +228,19 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer h.pool.Put(sc)
 	h.m.StatsInto(&sc.st)
+	sc.queues = slices.Grow(sc.queues[:0], len(h.queues))[:len(h.queues)]
+	for i, nq := range h.queues {
+		nq.q.StatsInto(&sc.queues[i], n)
+	}
 	sc.selectTop(n)
 	sc.buf.Reset()
 	var err error
 	ctype := "text/html; charset=utf-8"
 	if asJSON {
 		ctype = "application/json; charset=utf-8"
-		err = sc.writeJSON(n)
+		err = sc.writeJSON(n, h.queues)
 	} else {
-		err = sc.writeHTML(n, refresh)
+		err = sc.writeHTML(n, refresh, h.queues)
 	}
 	if err != nil {
 		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
@@ -271,8 +344,7 @@ func (sc *statusScratch) selectTop(n int) {
 		return x.Key < y.Key
 	})
 	sc.byBackoff = statusTopN(sc.byBackoff[:0], n, len(ss), func(i int) bool {
-		s := &ss[i]
-		return s.BackoffDelay > 0 || s.BackoffConcurrency > 0 || s.Outage || s.Gate.After(at)
+		return ss[i].InBackoff(at)
 	}, func(a, b int) bool {
 		x, y := &ss[a], &ss[b]
 		switch {
@@ -369,12 +441,35 @@ type statusPage struct {
 	Refresh                      int // seconds between reloads; 0: none
 	DefaultRefresh               int
 	InFlight, Waiting, Global    int
+	InBackoff                    int
 	Scopes                       int
 	Totals                       throttle.Counts
+	Robots                       string // why the robots.txt count is what it is
+	Charts                       []statusChart
+	Queues                       []statusQueue
+	Queued                       int // requests in the queues shown
 	ByWaiting, ByBackoff, ByBusy []statusRow
 }
 
-func (sc *statusScratch) writeHTML(n, refresh int) error {
+// statusQueue is one ReadyQueue as the page shows it.
+type statusQueue struct {
+	Name                           string
+	Len, Groups                    int
+	Ready, Waiting, Parked, Popper int
+	GlobalFull                     bool
+	Next                           string // when the next waiting group is asked: "in 2.5s", "–"
+	Top                            []statusGroup
+}
+
+// statusGroup is one group of a ReadyQueue's top.
+type statusGroup struct {
+	Keys     string
+	Requests int
+	State    string
+	Ready    string
+}
+
+func (sc *statusScratch) writeHTML(n, refresh int, queues []namedQueue) error {
 	st := &sc.st
 	sc.rowsWait = sc.rows(sc.rowsWait[:0], sc.byWait)
 	sc.rowsBack = sc.rows(sc.rowsBack[:0], sc.byBackoff)
@@ -382,11 +477,70 @@ func (sc *statusScratch) writeHTML(n, refresh int) error {
 	p := statusPage{
 		At: st.At.UTC().Format(time.RFC3339), N: n,
 		Refresh: refresh, DefaultRefresh: statusDefaultRefresh,
-		InFlight: st.InFlight, Waiting: st.Waiting, Global: st.GlobalConcurrency,
-		Scopes: len(st.Scopes), Totals: st.Totals,
+		InFlight: st.InFlight, Waiting: st.Waiting, Global: st.GlobalConcurrency, InBackoff: st.InBackoff,
+		Scopes: len(st.Scopes), Totals: st.Totals, Robots: robotsNote(&st.Robots, st.Totals.Robots),
+		Charts:    charts(st.Series[:min(n, len(st.Series))], st.At),
 		ByWaiting: sc.rowsWait, ByBackoff: sc.rowsBack, ByBusy: sc.rowsBusy,
 	}
+	for i := range sc.queues {
+		qs := &sc.queues[i]
+		q := statusQueue{Name: displayKey(queues[i].name), Len: qs.Len, Groups: qs.Groups,
+			Ready: qs.Ready, Waiting: qs.Waiting, Parked: qs.Parked, Popper: qs.Poppers,
+			GlobalFull: qs.GlobalFull, Next: statusIn(qs.NextAt, qs.At)}
+		for _, g := range qs.Top {
+			q.Top = append(q.Top, statusGroup{Keys: displayKeys(g.Keys), Requests: g.Requests, State: g.State,
+				Ready: statusIn(g.ReadyAt, qs.At)})
+		}
+		p.Queues = append(p.Queues, q)
+		p.Queued += qs.Len
+	}
 	return statusTemplate().Execute(&sc.buf, &p)
+}
+
+// statusIn says when t comes after now: "in 2.5s", "now", "–" for zero.
+func statusIn(t, now time.Time) string {
+	switch {
+	case t.IsZero():
+		return "–"
+	case !t.After(now):
+		return "now"
+	}
+	return "in " + statusDuration(t.Sub(now))
+}
+
+// robotsNote says, in words, what the manager fetched of robots.txt and
+// so why its count (fetched) is what it is, zero above all.
+func robotsNote(r *throttle.RobotsStats, fetched uint64) string {
+	if !r.Enabled {
+		return "off (Config.Robots.Enabled is false): no robots.txt is fetched, so none is counted."
+	}
+	var b strings.Builder
+	switch {
+	case r.Origins == 0:
+		b.WriteString("on, but no robots.txt fetched yet: an origin's robots.txt is fetched at its first request (see throttle.RobotsConfig).")
+	case fetched == 0 && r.Client:
+		b.WriteString("fetched with Config.Robots.Client, which counts here only if its Transport is this manager's: none counted.")
+	case fetched == 0 && r.Fetching == r.Origins:
+		b.WriteString("the first fetches are under way.")
+	default:
+		b.WriteString("on.")
+	}
+	if r.Origins > 0 {
+		fmt.Fprintf(&b, " %d origins cached: %d with rules, %d with none (a 4xx: everything allowed), %d failed (a 5xx, a network error or a timeout: tried again later), %d being fetched.",
+			r.Origins, r.Rules, r.NoRules, r.Failed, r.Fetching)
+		switch r.Delays {
+		case 0:
+			b.WriteString(" None asks for a delay (no Crawl-delay or Request-rate for the user agent).")
+		case 1:
+			b.WriteString(" 1 host has a robots.txt delay (Crawl-delay or Request-rate).")
+		default:
+			fmt.Fprintf(&b, " %d hosts have a robots.txt delay (Crawl-delay or Request-rate).", r.Delays)
+		}
+	}
+	if r.Enforce {
+		b.WriteString(" Enforced: disallowed URLs are refused.")
+	}
+	return b.String()
 }
 
 func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
@@ -394,20 +548,16 @@ func (sc *statusScratch) rows(dst []statusRow, idx []int) []statusRow {
 	for _, i := range idx {
 		s := &sc.st.Scopes[i]
 		r := statusRow{
-			Key: s.Key, InFlight: s.InFlight, Concurrency: s.Concurrency, Waiting: s.Waiting,
+			Key: displayKey(s.Key), InFlight: s.InFlight, Concurrency: s.Concurrency, Waiting: s.Waiting,
 			Delay: statusDuration(s.Delay), Why: s.Reason.String(), Ready: "–",
 			Backoff: "–", Auto: "off", Latency: "–",
 			Requests: s.Counts.Requests, R2: s.Counts.Responses[2], R4: s.Counts.Responses[4],
 			R5: s.Counts.Responses[5], Errors: s.Counts.Responses[0], Signals: s.Counts.Signals,
 		}
-		switch {
-		case s.Reason == throttle.ReasonNone:
+		if s.Reason == throttle.ReasonNone {
 			r.Why, r.Ready = "ready", "now"
-		case s.ReadyAt.IsZero():
-		case !s.ReadyAt.After(at):
-			r.Ready = "now"
-		default:
-			r.Ready = "in " + statusDuration(s.ReadyAt.Sub(at))
+		} else {
+			r.Ready = statusIn(s.ReadyAt, at)
 		}
 		// "1s, concurrency 2, outage, gate 30s", "–" for none.
 		backoff := make([]string, 0, 4)
@@ -498,6 +648,18 @@ tr:nth-child(even) td { background: #f7f7f7; }
 dl.legend { margin: .3em 0; max-width: 70em; }
 dl.legend dt { font-weight: 600; margin-top: .4em; }
 dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
+div.charts { display: flex; flex-wrap: wrap; gap: .3em 1.2em; }
+figure.chart { margin: 0; }
+figure.chart figcaption { max-width: 352px; font-size: .92em; color: #444; overflow-wrap: anywhere; }
+figure.chart figcaption .key { font-family: ui-monospace, monospace; color: #111; }
+svg .plot { fill: #fafafa; stroke: #ccc; }
+svg .nodata { fill: #eee; }
+svg .grid { stroke: #e4e4e4; }
+svg .ax { font: 10px system-ui, sans-serif; fill: #555; }
+svg .ok { fill: none; stroke: #1a7f37; stroke-width: 1.5; stroke-linejoin: round; }
+svg .sig { fill: none; stroke: #cf222e; stroke-width: 1.5; stroke-linejoin: round; }
+.swatch { display: inline-block; width: 1.4em; height: 0; border-top: 2px solid; vertical-align: middle; }
+td.qkey { text-align: left; font-family: ui-monospace, monospace; white-space: normal; word-break: break-all; min-width: 15em; }
 </style>
 </head>
 <body>
@@ -508,16 +670,31 @@ dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 
 <h2>Totals</h2>
 <table>
-<tr><th>in flight</th><th>global concurrency</th><th>waiting</th><th>requests</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th><th>robots.txt</th></tr>
-<tr><td>{{.InFlight}}</td><td>{{.Global}}</td><td>{{.Waiting}}</td><td>{{.Totals.Requests}}</td>
+<tr><th>in flight</th><th>global concurrency</th><th>waiting</th><th>scopes in backoff</th><th>requests</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th><th>robots.txt</th></tr>
+<tr><td>{{.InFlight}}</td><td>{{.Global}}</td><td>{{.Waiting}}</td><td>{{.InBackoff}}</td><td>{{.Totals.Requests}}</td>
 {{- with .Totals.Responses}}<td>{{index . 1}}</td><td>{{index . 2}}</td><td>{{index . 3}}</td><td>{{index . 4}}</td><td>{{index . 5}}</td><td>{{index . 0}}</td>{{end -}}
 <td>{{.Totals.Signals}}</td><td>{{.Totals.Robots}}</td></tr>
 </table>
+<p id="robots">robots.txt: {{.Robots}}</p>
 
-<h2 id="waiting">Scopes with callers waiting (top {{.N}})</h2>
-{{if .ByWaiting}}{{template "rows" .ByWaiting}}{{else}}<p class="none">No caller is waiting.</p>{{end}}
+<h2 id="series">Busiest scopes over the last 15 minutes</h2>
+{{if .Charts}}<p><span class="swatch" style="color:#1a7f37"></span> 2xx responses per second · <span class="swatch" style="color:#cf222e"></span> backoff signals per second (429, 503, timeouts …), in steps of 10s; grey: before the scope was among the busiest.</p>
+<div class="charts">{{range .Charts}}{{template "chart" .}}{{end}}</div>
+{{else}}<p class="none">No answers in the last 15 minutes.</p>{{end}}
 
-<h2 id="backoff">Scopes in backoff, by backoff delay (top {{.N}})</h2>
+<h2 id="waiting">Scopes with callers waiting in Acquire (top {{.N}})</h2>
+{{if .ByWaiting}}{{template "rows" .ByWaiting}}{{else}}<p class="none">No caller is waiting in Acquire{{if .Queued}}; {{.Queued}} requests wait in ReadyQueues (below){{end}}.</p>{{end}}
+
+<h2 id="queues">ReadyQueues</h2>
+{{range .Queues}}<h3>{{.Name}}: {{.Len}} requests in {{.Groups}} groups</h3>
+<p>{{.Ready}} groups ready, {{.Waiting}} waiting for a time (next {{.Next}}), {{.Parked}} parked until a release; {{.Popper}} callers blocked in Pop{{if .GlobalFull}}; GlobalConcurrency holds every start{{end}}.</p>
+{{if .Top}}<table>
+<tr><th class="key">scopes</th><th>requests</th><th>state</th><th>ready</th></tr>
+{{range .Top}}<tr><td class="qkey">{{.Keys}}</td><td>{{.Requests}}</td><td>{{.State}}</td><td>{{.Ready}}</td></tr>
+{{end}}</table>{{end}}
+{{else}}<p class="none">No ReadyQueue on this page: its requests are not callers waiting in Acquire, so show them with status.WithQueue(name, q).</p>{{end}}
+
+<h2 id="backoff">Scopes in backoff: {{.InBackoff}}, by backoff delay (top {{.N}})</h2>
 {{if .ByBackoff}}{{template "rows" .ByBackoff}}{{else}}<p class="none">No scope is in backoff.</p>{{end}}
 
 <h2 id="busy">Busiest scopes, by permits in flight, then requests (top {{.N}})</h2>
@@ -555,11 +732,24 @@ dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 <dd>Backoff signals: responses with a backoff status (by default 429 Too Many Requests and the overload statuses 502, 503, 504 and 520 to 524; Backoff.Statuses) and transport errors that show an overloaded server (timeouts, refused or reset connections). They are what slowed the scope down: after a signal backoff raises the scope's delay (with rampup on, rampup lowers its rate after a rate limit instead), and a timeout on a scope with more than one slot lowers its concurrency first; a burst of signals from requests already in flight counts as one step.</dd>
 <dt>robots.txt (totals)</dt>
 <dd>The robots.txt requests the manager made itself, once per origin and Robots.TTL (a day by default; a redirect it followed counts again). They take a slot while they run and their answers teach the scope (a 429 or 503 on robots.txt slows it down), but they are not in requests, the status classes or signals.</dd>
+<dt>scopes in backoff (totals)</dt>
+<dd>The scopes whose delay backoff raised or whose concurrency it lowered, that probe an outage, or that a server-given wait holds: the number of rows the backoff table would have without its limit.</dd>
+<dt>busiest scopes over the last 15 minutes</dt>
+<dd>For the scopes with the most answers lately (at most 12), their 2xx responses and backoff signals per second, in steps of 10 seconds; the last step is drawn once it is half over. A scope is counted from when it became one of the busiest (the grey part before), and the manager keeps these counts for those scopes only.</dd>
+<dt>ReadyQueues</dt>
+<dd>The requests a ReadyQueue holds (given with status.WithQueue), by group: the requests of one scope set, one host with the default scoper. Ready: it may start now; waiting: refused until a time (a delay, a gate, a quota window); parked: refused until a request of one of its scopes ends (every slot taken, or callers waiting in Acquire ahead).</dd>
 <dt>global concurrency (totals)</dt>
 <dd>Config.GlobalConcurrency: the most permits held at once in all scopes together.</dd>
 </dl>
 </body>
 </html>
+{{define "chart"}}<figure class="chart"><svg viewBox="0 0 352 106" width="352" height="106" role="img" aria-label="{{.Label}}">
+<rect class="plot" x="44" y="8" width="300" height="80"/>{{if .NoData}}<rect class="nodata" x="44" y="8" width="{{.NoData}}" height="80"/>{{end}}
+<line class="grid" x1="44" y1="48" x2="344" y2="48"/><line class="grid" x1="144" y1="8" x2="144" y2="88"/><line class="grid" x1="244" y1="8" x2="244" y2="88"/>
+<text class="ax" x="40" y="15" text-anchor="end">{{.YMax}}</text><text class="ax" x="40" y="88" text-anchor="end">0</text>
+<text class="ax" x="44" y="101">−15 min</text><text class="ax" x="144" y="101" text-anchor="middle">−10</text><text class="ax" x="244" y="101" text-anchor="middle">−5</text><text class="ax" x="344" y="101" text-anchor="end">now</text>
+<polyline class="ok" points="{{.OK}}"/><polyline class="sig" points="{{.Signals}}"/>
+</svg><figcaption><span class="key">{{.Key}}</span>: {{.Summary}}</figcaption></figure>{{end}}
 {{define "rows"}}<table>
 <tr><th class="key">key</th><th>in flight / concurrency</th><th>waiting</th><th>delay</th><th>pace: starts/s allowed (rule that binds)</th><th>why it waits now</th><th>ready</th><th>backoff delay</th><th>AutoThrottle delay</th><th>last latency</th><th>requests</th><th>2xx</th><th>4xx</th><th>5xx</th><th>errors</th><th>signals</th></tr>
 {{range .}}<tr><td class="key">{{.Key}}</td><td>{{.InFlight}} / {{.Concurrency}}</td><td>{{.Waiting}}</td><td>{{.Delay}}</td><td class="why">{{.Pace}}</td><td class="why">{{.Why}}</td><td>{{.Ready}}</td><td>{{.Backoff}}</td><td>{{.Auto}}</td><td>{{.Latency}}</td><td>{{.Requests}}</td><td>{{.R2}}</td><td>{{.R4}}</td><td>{{.R5}}</td><td>{{.Errors}}</td><td>{{.Signals}}</td></tr>
@@ -569,16 +759,64 @@ dl.legend dd { margin: 0 0 0 1.5em; color: #444; }
 
 // statusJSON is the JSON document; see Handler for its fields.
 type statusJSON struct {
-	At                time.Time   `json:"at"`
-	InFlight          int         `json:"in_flight"`
-	Waiting           int         `json:"waiting"`
-	GlobalConcurrency int         `json:"global_concurrency"`
-	Scopes            int         `json:"scopes"`
-	N                 int         `json:"n"`
-	Totals            countsJSON  `json:"totals"`
-	TopWaiting        []scopeJSON `json:"top_waiting"`
-	TopBackoff        []scopeJSON `json:"top_backoff"`
-	TopBusy           []scopeJSON `json:"top_busy"`
+	At                time.Time    `json:"at"`
+	InFlight          int          `json:"in_flight"`
+	Waiting           int          `json:"waiting"`
+	GlobalConcurrency int          `json:"global_concurrency"`
+	Scopes            int          `json:"scopes"`
+	N                 int          `json:"n"`
+	InBackoff         int          `json:"in_backoff"`
+	Totals            countsJSON   `json:"totals"`
+	Robots            robotsJSON   `json:"robots"`
+	Series            []seriesJSON `json:"series"`
+	Queues            []queueJSON  `json:"queues"`
+	TopWaiting        []scopeJSON  `json:"top_waiting"`
+	TopBackoff        []scopeJSON  `json:"top_backoff"`
+	TopBusy           []scopeJSON  `json:"top_busy"`
+}
+
+type robotsJSON struct {
+	Enabled  bool   `json:"enabled"`
+	Client   bool   `json:"client"`
+	Enforce  bool   `json:"enforce"`
+	Origins  int    `json:"origins"`
+	Fetching int    `json:"fetching"`
+	Rules    int    `json:"rules"`
+	NoRules  int    `json:"no_rules"`
+	Failed   int    `json:"failed"`
+	Delays   int    `json:"delays"`
+	Note     string `json:"note"`
+}
+
+type seriesJSON struct {
+	Key        string                     `json:"key"`
+	KeyBytes   int                        `json:"key_bytes,omitempty"`
+	Start      time.Time                  `json:"start"`
+	Since      time.Time                  `json:"since"`
+	StepS      float64                    `json:"step_s"`
+	RecentPerS float64                    `json:"recent_per_s"`
+	OK         [throttle.SeriesLen]uint32 `json:"2xx"`
+	Signals    [throttle.SeriesLen]uint32 `json:"signals"`
+}
+
+type queueJSON struct {
+	Name       string      `json:"name"`
+	Len        int         `json:"len"`
+	Groups     int         `json:"groups"`
+	Ready      int         `json:"ready"`
+	Waiting    int         `json:"waiting"`
+	Parked     int         `json:"parked"`
+	GlobalFull bool        `json:"global_full"`
+	Poppers    int         `json:"poppers"`
+	NextAt     time.Time   `json:"next_at,omitzero"`
+	Top        []groupJSON `json:"top"`
+}
+
+type groupJSON struct {
+	Keys     []string  `json:"keys"`
+	Requests int       `json:"requests"`
+	State    string    `json:"state"`
+	ReadyAt  time.Time `json:"ready_at,omitzero"`
 }
 
 type countsJSON struct {
@@ -599,6 +837,7 @@ type responsesJSON struct {
 
 type scopeJSON struct {
 	Key                 string     `json:"key"`
+	KeyBytes            int        `json:"key_bytes,omitempty"`
 	InFlight            int        `json:"in_flight"`
 	Waiting             int        `json:"waiting"`
 	Concurrency         int        `json:"concurrency"`
@@ -619,17 +858,70 @@ type scopeJSON struct {
 	Counts              countsJSON `json:"counts"`
 }
 
-func (sc *statusScratch) writeJSON(n int) error {
+func (sc *statusScratch) writeJSON(n int, queues []namedQueue) error {
 	st := &sc.st
 	sc.jsonWait = sc.scopesJSON(sc.jsonWait[:0], sc.byWait)
 	sc.jsonBack = sc.scopesJSON(sc.jsonBack[:0], sc.byBackoff)
 	sc.jsonBusy = sc.scopesJSON(sc.jsonBusy[:0], sc.byBusy)
+	r := &st.Robots
 	doc := statusJSON{
 		At: st.At.UTC(), InFlight: st.InFlight, Waiting: st.Waiting, GlobalConcurrency: st.GlobalConcurrency,
-		Scopes: len(st.Scopes), N: n, Totals: statusCounts(&st.Totals),
+		Scopes: len(st.Scopes), N: n, InBackoff: st.InBackoff, Totals: statusCounts(&st.Totals),
+		Robots: robotsJSON{Enabled: r.Enabled, Client: r.Client, Enforce: r.Enforce, Origins: r.Origins,
+			Fetching: r.Fetching, Rules: r.Rules, NoRules: r.NoRules, Failed: r.Failed, Delays: r.Delays,
+			Note: robotsNote(r, st.Totals.Robots)},
+		Series:     make([]seriesJSON, 0, min(n, len(st.Series))),
+		Queues:     make([]queueJSON, 0, len(queues)),
 		TopWaiting: sc.jsonWait, TopBackoff: sc.jsonBack, TopBusy: sc.jsonBusy,
 	}
+	for i := range st.Series[:min(n, len(st.Series))] {
+		s := &st.Series[i]
+		j := seriesJSON{Start: s.Start.UTC(), Since: s.Since.UTC(), StepS: throttle.SeriesStep.Seconds(),
+			RecentPerS: finite(s.Recent)}
+		j.Key, j.KeyBytes = jsonKey(s.Key)
+		for k, b := range s.Buckets {
+			j.OK[k], j.Signals[k] = b.OK, b.Signals
+		}
+		doc.Series = append(doc.Series, j)
+	}
+	for i := range sc.queues {
+		qs := &sc.queues[i]
+		name, _ := jsonKey(queues[i].name)
+		q := queueJSON{Name: name, Len: qs.Len, Groups: qs.Groups, Ready: qs.Ready, Waiting: qs.Waiting,
+			Parked: qs.Parked, GlobalFull: qs.GlobalFull, Poppers: qs.Poppers, Top: make([]groupJSON, 0, len(qs.Top))}
+		if !qs.NextAt.IsZero() {
+			q.NextAt = qs.NextAt.UTC()
+		}
+		for _, g := range qs.Top {
+			gj := groupJSON{Keys: make([]string, len(g.Keys)), Requests: g.Requests, State: g.State}
+			for k, key := range g.Keys {
+				gj.Keys[k], _ = jsonKey(key)
+			}
+			if !g.ReadyAt.IsZero() {
+				gj.ReadyAt = g.ReadyAt.UTC()
+			}
+			q.Top = append(q.Top, gj)
+		}
+		doc.Queues = append(doc.Queues, q)
+	}
 	return json.NewEncoder(&sc.buf).Encode(&doc)
+}
+
+// maxKeyJSON is the most bytes of a scope key the JSON gives; a longer
+// key is cut (on a character's boundary) and key_bytes gives its length.
+const maxKeyJSON = 1024
+
+// jsonKey returns key as the JSON gives it, and its length in bytes when
+// it is cut (0 when whole).
+func jsonKey(key string) (string, int) {
+	if len(key) <= maxKeyJSON {
+		return key, 0
+	}
+	n := maxKeyJSON
+	for n > 0 && !utf8.RuneStart(key[n]) {
+		n--
+	}
+	return key[:n], len(key)
 }
 
 func (sc *statusScratch) scopesJSON(dst []scopeJSON, idx []int) []scopeJSON {
@@ -640,16 +932,16 @@ func (sc *statusScratch) scopesJSON(dst []scopeJSON, idx []int) []scopeJSON {
 	for _, i := range idx {
 		s := &sc.st.Scopes[i]
 		j := scopeJSON{
-			Key: s.Key, InFlight: s.InFlight, Waiting: s.Waiting, Concurrency: s.Concurrency,
+			InFlight: s.InFlight, Waiting: s.Waiting, Concurrency: s.Concurrency,
 			DelayMS: statusMillis(s.Delay), Why: s.Reason.String(),
 			BackoffDelayMS: statusMillis(s.BackoffDelay), BackoffConcurrency: s.BackoffConcurrency,
 			BackoffBadMS: statusMillis(s.BackoffBad), BackoffSafeMS: statusMillis(s.BackoffSafe), Outage: s.Outage,
-			AutoThrottleDelayMS: statusMillis(s.AutoThrottleDelay), RampupRate: s.RampupRate,
+			AutoThrottleDelayMS: statusMillis(s.AutoThrottleDelay), RampupRate: finite(s.RampupRate),
 			Binding:       s.Pace.Binding.String(),
 			LastLatencyMS: statusMillis(s.LastLatency), Counts: statusCounts(&s.Counts),
 		}
-		if !math.IsInf(s.Pace.Rate, 1) {
-			r := s.Pace.Rate
+		j.Key, j.KeyBytes = jsonKey(s.Key)
+		if r := s.Pace.Rate; !math.IsInf(r, 0) && !math.IsNaN(r) {
 			j.RatePerS = &r
 		}
 		if !s.ReadyAt.IsZero() {

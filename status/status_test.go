@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
+	"image/color"
 	"image/png"
 	"math/rand/v2"
 	"net/http"
@@ -100,6 +101,10 @@ func statusScene(t testing.TB) (m *throttle.ThrottlingManager, stop func()) {
 	}
 }
 
+// statusFields are the JSON document's fields.
+var statusFields = []string{"at", "in_flight", "waiting", "global_concurrency", "scopes", "n", "in_backoff",
+	"totals", "robots", "series", "queues", "top_waiting", "top_backoff", "top_busy"}
+
 // serveStatus runs one request through h.
 func serveStatus(h http.Handler, method, target string, header http.Header) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, nil)
@@ -168,7 +173,7 @@ func TestStatusHTML(t *testing.T) {
 		require.Contains(t, busy, `<td class="key">ok.example</td><td>0 / 1</td><td>0</td><td>1s</td><td class="why">1/s (delay)</td><td class="why">delay</td><td>in 1s</td>`)
 		require.Contains(t, backoff, `<td class="why">0/s (server gate)</td>`, "the pace names the rule that binds")
 		// Totals: 2+1+1+1+1+1 requests, 3 2xx, 1 4xx, 1 5xx, 2 signals.
-		require.Contains(t, page, "<td>2</td><td>16</td><td>3</td><td>7</td><td>0</td><td>3</td><td>0</td><td>1</td><td>1</td><td>0</td><td>2</td>")
+		require.Contains(t, page, "<td>2</td><td>16</td><td>3</td><td>2</td><td>7</td><td>0</td><td>3</td><td>0</td><td>1</td><td>1</td><td>0</td><td>2</td>")
 	})
 }
 
@@ -199,7 +204,7 @@ func TestStatusCountsRobotsApart(t *testing.T) {
 			string(top["totals"]))
 		page := serveStatus(Handler(m), http.MethodGet, "/", nil).Body.String()
 		require.Contains(t, page, "<th>signals</th><th>robots.txt</th></tr>")
-		require.Contains(t, page, "<tr><td>0</td><td>16</td><td>0</td><td>2</td><td>0</td><td>2</td><td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>1</td></tr>")
+		require.Contains(t, page, "<tr><td>0</td><td>16</td><td>0</td><td>0</td><td>2</td><td>0</td><td>2</td><td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>1</td></tr>")
 		require.Contains(t, page, "<dt>robots.txt (totals)</dt>")
 	})
 }
@@ -239,8 +244,7 @@ func TestStatusJSON(t *testing.T) {
 			// Stable field names.
 			var top map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(body, &top))
-			require.ElementsMatch(t, []string{"at", "in_flight", "waiting", "global_concurrency", "scopes", "n",
-				"totals", "top_waiting", "top_backoff", "top_busy"}, slices.Collect(mapKeys(top)))
+			require.ElementsMatch(t, statusFields, slices.Collect(mapKeys(top)))
 			seen := map[string]bool{}
 			for _, list := range []string{"top_waiting", "top_backoff", "top_busy"} {
 				var scopes []map[string]any
@@ -383,7 +387,7 @@ func TestStatusRowLimit(t *testing.T) {
 
 	waiting, backoff, busy, _ := statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
 	require.Empty(t, keyCells(waiting))
-	require.Contains(t, waiting, "No caller is waiting.")
+	require.Contains(t, waiting, "No caller is waiting in Acquire.")
 	require.Equal(t, want(119, 50), keyCells(busy), "by in flight, then requests")
 	require.Len(t, keyCells(backoff), 50)
 
@@ -428,7 +432,7 @@ func TestStatusEmpty(t *testing.T) {
 	require.NoError(t, err)
 	h := Handler(m)
 	page := serveStatus(h, http.MethodGet, "/", nil).Body.String()
-	require.Contains(t, page, "No caller is waiting.")
+	require.Contains(t, page, "No caller is waiting in Acquire.")
 	require.Contains(t, page, "No scope is in backoff.")
 	require.Contains(t, page, "No scopes yet.")
 	body := serveStatus(h, http.MethodGet, "/?format=json", nil).Body.String()
@@ -484,8 +488,7 @@ func TestStatusRefresh(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, target)
 		var top map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &top))
-		require.ElementsMatch(t, []string{"at", "in_flight", "waiting", "global_concurrency", "scopes", "n",
-			"totals", "top_waiting", "top_backoff", "top_busy"}, slices.Collect(mapKeys(top)), target)
+		require.ElementsMatch(t, statusFields, slices.Collect(mapKeys(top)), target)
 		require.NotContains(t, rec.Body.String(), "refresh", target)
 	}
 }
@@ -527,7 +530,7 @@ func TestStatusWaitingOnlyWaiters(t *testing.T) {
 		require.Contains(t, waiting, `<td class="key">queue.example</td><td>1 / 1</td><td>1</td>`)
 		require.NotContains(t, waiting, "done.example")
 		require.NotContains(t, waiting, "running.example")
-		require.NotContains(t, waiting, "No caller is waiting.")
+		require.NotContains(t, waiting, "No caller is waiting in Acquire.")
 		require.Equal(t, []string{"queue.example", "running.example", "done.example"}, keyCells(busy),
 			"by in flight, then requests, then key")
 		require.Contains(t, busy, `<td class="key">done.example</td><td>0 / 1</td><td>0</td>`)
@@ -555,7 +558,7 @@ func TestStatusWaitingOnlyWaiters(t *testing.T) {
 		require.Equal(t, 0, m.Waiting())
 		waiting, _, busy, _ = statusTables(t, serveStatus(h, http.MethodGet, "/", nil).Body.String())
 		require.Empty(t, keyCells(waiting))
-		require.Contains(t, waiting, `<p class="none">No caller is waiting.</p>`)
+		require.Contains(t, waiting, `<p class="none">No caller is waiting in Acquire.</p>`)
 		require.ElementsMatch(t, []string{"queue.example", "running.example", "done.example"}, keyCells(busy))
 		body := serveStatus(h, http.MethodGet, "/?format=json", nil).Body.Bytes()
 		require.Contains(t, string(body), `"top_waiting":[]`)
@@ -741,10 +744,21 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 	return out
 }
 
+// readPNG decodes the screenshot at path, which must be w by h.
+func readPNG(t *testing.T, path string, w, h int) image.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	require.Equal(t, image.Rect(0, 0, w, h), img.Bounds())
+	return img
+}
+
 // TestStatusPageInBrowser loads the page in headless Chromium: the
 // screenshot is a 1200x800 PNG with text in the table area, and the DOM
-// has the rows, the attacker's key as text and no script element. Set
-// THROTTLE_SCREENSHOT=path to keep the screenshot (docs/status.png).
+// has the rows, the attacker's key as text and no script element.
 func TestStatusPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	m, stop := statusScene(t)
@@ -767,12 +781,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Contains(t, legend, "<dt>signals</dt>")
 	require.NotContains(t, strings.ToLower(dom), "<script")
 
-	f, err := os.Open(shot)
-	require.NoError(t, err)
-	img, err := png.Decode(f)
-	f.Close()
-	require.NoError(t, err)
-	require.Equal(t, image.Rect(0, 0, 1200, 800), img.Bounds())
+	img := readPNG(t, shot, 1200, 800)
 	// Dark pixels (text, borders) in the tables' area, below the title
 	// and the totals, and in the header; a blank page has none.
 	dark := func(r image.Rectangle) int {
@@ -792,6 +801,53 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Greater(t, head, 100, "title text")
 	require.Greater(t, tables, 2000, "table text")
 	require.Less(t, tables, 1200*300/2, "mostly background")
+}
+
+// TestStatusChartsInBrowser loads the page of a realistic crawl
+// (crawlScene) in headless Chromium: the DOM has one inline SVG per busy
+// scope, each with its two lines, and the screenshot shows them: pixels
+// of the 2xx lines' green and of the signals' red in the charts' area.
+// Set THROTTLE_SCREENSHOT=path to keep the screenshot (docs/status.png).
+func TestStatusChartsInBrowser(t *testing.T) {
+	bin := chromium(t)
+	h, m, stop := crawlScene(t)
+	defer stop()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	url := srv.URL + "/status?refresh=0"
+	charts := len(m.Stats().Series)
+
+	shot := filepath.Join(t.TempDir(), "status.png")
+	runChromium(t, bin, "--screenshot="+shot, "--window-size=1200,1500", url)
+	dom := string(runChromium(t, bin, "--dump-dom", url))
+	require.Equal(t, charts, strings.Count(dom, "<svg "), "one chart per busy scope")
+	require.Equal(t, charts, strings.Count(dom, `<polyline class="ok" points="4`), "each with its 2xx line")
+	require.Equal(t, charts, strings.Count(dom, `<polyline class="sig" points="4`), "and its signals' line")
+	require.Contains(t, dom, "frontier: 1898 requests in 3 groups")
+	require.NotContains(t, strings.ToLower(dom), "<script")
+
+	img := readPNG(t, shot, 1200, 1500)
+	// The lines' colours (#1a7f37, #cf222e), give or take antialiasing.
+	near := func(c color.Color, r, g, b uint32) bool {
+		cr, cg, cb, _ := c.RGBA()
+		d := func(x, y uint32) uint32 { return max(x>>8, y) - min(x>>8, y) }
+		return d(cr, r) < 40 && d(cg, g) < 40 && d(cb, b) < 40
+	}
+	var green, red int
+	for y := range 1500 {
+		for x := range 1200 {
+			c := img.At(x, y)
+			switch {
+			case near(c, 0x1a, 0x7f, 0x37):
+				green++
+			case near(c, 0xcf, 0x22, 0x2e):
+				red++
+			}
+		}
+	}
+	t.Logf("pixels: %d green (2xx lines), %d red (signals' lines)", green, red)
+	require.Greater(t, green, 300*charts, "a 2xx line across each chart")
+	require.Greater(t, red, 30*charts, "the signals' lines, along the bottom and up at the 429s and 503s")
 	if p := os.Getenv("THROTTLE_SCREENSHOT"); p != "" {
 		b, err := os.ReadFile(shot)
 		require.NoError(t, err)
