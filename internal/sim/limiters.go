@@ -299,7 +299,7 @@ func shortDuration(d time.Duration) string {
 }
 
 // NginxLimitReq is nginx's limit_req module (ngx_http_limit_req_module.c,
-// unchanged from nginx 1.22.1, the one fieldtest runs, to 1.29) with one
+// unchanged from nginx 1.22.1, the one fieldtest runs, to 1.31) with one
 // limit_req on a zone keyed by the client:
 //
 //	limit_req_zone $binary_remote_addr zone=z:1m rate=<Rate>r/s;   (r/m with PerMinute)
@@ -444,11 +444,12 @@ func (s *NginxLimitReq) LimitState(now time.Time, host string) LimitState {
 //	http-request track-sc0 src
 //	http-request deny deny_status <Status> if { sc_http_req_rate(0) gt <Limit> }
 //
-// in HAProxy's arithmetic (include/haproxy/freq_ctr.h and src/freq_ctr.c,
-// unchanged from 2.6, the one fieldtest runs, to 2.8). The counter is a
-// freq_ctr: curr_ctr counts the events of the current period, which began
-// at curr_tick (ms), prev_ctr those of the one before. track-sc0 counts
-// every request, refused ones included, before deny reads the rate:
+// in HAProxy's arithmetic (include/haproxy/freq_ctr.h and src/freq_ctr.c
+// of 2.6, the one fieldtest runs; 2.8 has the same arithmetic, reading
+// the thread's clock first). The counter is a freq_ctr: curr_ctr counts
+// the events of the current period, which began at curr_tick (ms),
+// prev_ctr those of the one before. track-sc0 counts every request,
+// refused ones included, before deny reads the rate:
 //
 //   - update at now (32-bit ms, wrapping): if now - curr_tick < Period,
 //     curr_ctr++; else the period rolls over: prev_ctr = curr_ctr,
