@@ -370,15 +370,16 @@ func (s *NginxLimitReq) delayFrom() int64 {
 }
 
 // excess returns the excess of a request at ms on n, as nginx's lookup
-// computes it.
-func (s *NginxLimitReq) excess(n *nginxNode, ms int64) int64 {
+// computes it, and the milliseconds since n.last it counted (a clock gone
+// back counts 0, or 1 beyond a minute).
+func (s *NginxLimitReq) excess(n *nginxNode, ms int64) (excess, elapsed int64) {
 	d := ms - n.last
 	if d < -60000 {
 		d = 1
 	} else if d < 0 {
 		d = 0
 	}
-	return max(0, n.excess-s.rate()*d/1000+1000)
+	return max(0, n.excess-s.rate()*d/1000+1000), d
 }
 
 // Handle implements Server.
@@ -389,11 +390,11 @@ func (s *NginxLimitReq) Handle(now time.Time, host string) Response {
 		n.last = ms
 		return Response{Status: http.StatusOK, Latency: s.Latency}
 	}
-	excess := s.excess(n, ms)
+	excess, elapsed := s.excess(n, ms)
 	if excess > int64(s.Burst)*1000 {
 		return Response{Status: s.status(), Latency: s.Latency}
 	}
-	if ms != n.last {
+	if elapsed != 0 {
 		n.last = ms
 	}
 	n.excess = excess
@@ -426,7 +427,7 @@ func (s *NginxLimitReq) LimitState(now time.Time, host string) LimitState {
 	}
 	ms := now.UnixMilli()
 	burst := int64(s.Burst) * 1000
-	if first := s.excess(n, ms); first > burst {
+	if first, _ := s.excess(n, ms); first > burst {
 		st.Remaining = 0
 	} else {
 		st.Remaining = 1 + int((burst-first)/1000)
@@ -536,11 +537,7 @@ func (s *HAProxyReqRate) Handle(now time.Time, host string) Response {
 	t, p := haproxyNow(now), s.period()
 	c.update(t, p)
 	if c.total(t, p, -1)/uint64(p) > uint64(s.Limit) {
-		st := s.Status
-		if st == 0 {
-			st = http.StatusTooManyRequests
-		}
-		return Response{Status: st, Latency: s.Latency}
+		return Response{Status: limitStatus(s.Status), Latency: s.Latency}
 	}
 	return Response{Status: http.StatusOK, Latency: s.Latency}
 }
