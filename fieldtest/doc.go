@@ -98,10 +98,37 @@
 // a note under the table. The test checks that the access log counts the
 // 2xx and refusals that the throttle's crawl counted itself.
 //
+// # Fidelity of the limiter models
+//
+// TestFidelity checks the models of real limiters in internal/sim
+// (sim.Limiter) against the servers they model, beside the cases:
+//
+//   - nginx limit_req 20r/s: burst 0 nodelay (503); burst 5 nodelay, 429
+//     with "Retry-After: 1"; burst 5 in delay mode; 1000r/m burst 8
+//     delay=3;
+//   - HAProxy http_req_rate: over 30 per 1 s; over 300 per 10 s, 429 with
+//     "Retry-After: 2".
+//
+// Each server gets one seeded trace of 2,000-3,000 requests over 80 s
+// (phases below, near and above the limit, bursts, pauses of up to 2.5
+// times the limiter's memory), all servers at once, about 90 s in all.
+// Each server logs every request to the test over UDP syslog
+// ([ArrivalLog]): its arrival in milliseconds by the clock its limiter
+// reads (nginx's monotonic clock, rebuilt from $connection_time; the date
+// of a one-thread HAProxy when it tracked the request) and its status.
+// Those times are fed to the model, so the machine's timing noise does
+// not count against it. The model must give the server's status for at
+// least 99 % of the requests; in delay mode, nginx must have held the
+// delayed requests at least the model's delay, half of them within 10
+// ms of it. The test prints each server's agreement. Run it alone with:
+//
+//	THROTTLE_FIELD=1 go test -count=1 -run TestFidelity -v ./fieldtest/
+//
 // # Reuse
 //
 // [StartNginx], [StartHAProxy] and [StartHTTPRate] start the servers for
 // any test and stop them when it ends, logging every answer when their
-// options name an AccessLog ([ReadAccessLog] reads it); [Crawl] and
+// options name an AccessLog ([ReadAccessLog] reads it); [NginxFor] and
+// [HAProxyFor] configure them as a sim.Limiter describes; [Crawl] and
 // [Summarize] run a crawl and compute its figures.
 package fieldtest

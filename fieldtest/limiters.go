@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crawlerkit/throttle/internal/sim"
 	"github.com/go-chi/httprate"
 )
 
@@ -74,18 +75,23 @@ func lookBinary(tb testing.TB, name, pkg string) string {
 // NginxOptions configures the nginx server started by [StartNginx]: a
 // static page behind limit_req with
 //
-//	limit_req_zone $binary_remote_addr zone=z:1m rate=<Rate>r/s;
-//	limit_req zone=z burst=<Burst> nodelay;
+//	limit_req_zone $binary_remote_addr zone=z:1m rate=<Rate>r/s;   (r/m with PerMinute)
+//	limit_req zone=z burst=<Burst> nodelay;   (without nodelay with Delay, then delay=<DelayAfter>)
 //
-// so a client gets Burst requests at once, then Rate per second; the
+// so a client gets 1 + Burst requests at once, then Rate per second; the
 // requests it refuses do not count.
 type NginxOptions struct {
-	// Rate is the limit in requests per second (limit_req_zone rate).
-	// Zero means 5.
-	Rate int
-	// Burst is limit_req's burst, served without delay (nodelay). Zero
-	// means 5.
+	// Rate is the limit in requests per second (limit_req_zone rate),
+	// or per minute with PerMinute. Zero means 5.
+	Rate      int
+	PerMinute bool
+	// Burst is limit_req's burst; 0 means none, nginx's default.
 	Burst int
+	// Delay is limit_req's delay mode: without nodelay, a request within
+	// the burst is delayed to the rate instead of served at once.
+	// DelayAfter is its delay=N: the first N of the burst go at once.
+	Delay      bool
+	DelayAfter int
 	// Status is the status of refused requests (limit_req_status). Zero
 	// means nginx's default, 503.
 	Status int
@@ -97,19 +103,43 @@ type NginxOptions struct {
 	// in the access-log format that [ReadAccessLog] reads. Empty means
 	// nginx's combined format in its temporary directory.
 	AccessLog string
+	// ArrivalLog, when not empty, is the address (host:port) of a UDP
+	// syslog listener, an [ArrivalLog]'s, to which nginx sends a line
+	// for every request: its times on the wall clock and on nginx's
+	// monotonic one (by $connection_time: nginx 1.19.10 or later) and
+	// its status.
+	ArrivalLog string
 }
 
 // Limit returns the sustained limit of the server in requests per second.
-func (o NginxOptions) Limit() float64 { return float64(o.withDefaults().Rate) }
+func (o NginxOptions) Limit() float64 {
+	o = o.withDefaults()
+	if o.PerMinute {
+		return float64(o.Rate) / 60
+	}
+	return float64(o.Rate)
+}
 
 func (o NginxOptions) withDefaults() NginxOptions {
 	if o.Rate == 0 {
 		o.Rate = 5
 	}
-	if o.Burst == 0 {
-		o.Burst = 5
-	}
 	return o
+}
+
+// limitReq returns the limit_req directive of o.
+func (o NginxOptions) limitReq() string {
+	d := "limit_req zone=z"
+	if o.Burst > 0 {
+		d += fmt.Sprintf(" burst=%d", o.Burst)
+	}
+	switch {
+	case !o.Delay:
+		d += " nodelay"
+	case o.DelayAfter > 0:
+		d += fmt.Sprintf(" delay=%d", o.DelayAfter)
+	}
+	return d + ";"
 }
 
 // nginxConf returns the configuration of an nginx that keeps everything in
@@ -122,26 +152,44 @@ func (o NginxOptions) nginxConf(dir string, port int) string {
 		// directory (mode 0700).
 		b.WriteString("user root;\n")
 	}
+	unit := "r/s"
+	if o.PerMinute {
+		unit = "r/m"
+	}
+	format, arrivals := "", ""
+	if o.ArrivalLog != "" {
+		// $throttle_arrival is $connection_time when the request came:
+		// the server's rewrite phase runs before limit_req's, and again
+		// after the index module's redirect to index.html, which the
+		// if skips. Declared in the server, this access_log replaces
+		// the http block's: both are needed.
+		format = fmt.Sprintf("  log_format arrivals '%s nginx $msec $request_time $connection $connection_time $throttle_arrival $status $request_uri';\n", arrivalMark)
+		access := fmt.Sprintf("    access_log %s/access.log;\n", dir)
+		if o.AccessLog != "" {
+			access = fmt.Sprintf("    access_log %s field;\n", o.AccessLog)
+		}
+		arrivals = fmt.Sprintf("    uninitialized_variable_warn off;\n    if ($throttle_arrival = \"\") { set $throttle_arrival $connection_time; }\n%s    access_log syslog:server=%s,nohostname arrivals;\n", access, o.ArrivalLog)
+	}
 	fmt.Fprintf(&b, `worker_processes 1;
 error_log %[1]s/error.log warn;
 pid %[1]s/nginx.pid;
 events { worker_connections 1024; }
 http {
-  client_body_temp_path %[1]s/tmp/body;
+%[10]s%[8]s  client_body_temp_path %[1]s/tmp/body;
   proxy_temp_path %[1]s/tmp/proxy;
   fastcgi_temp_path %[1]s/tmp/fastcgi;
   uwsgi_temp_path %[1]s/tmp/uwsgi;
   scgi_temp_path %[1]s/tmp/scgi;
   keepalive_requests 1000000;
-%[7]s  limit_req_zone $binary_remote_addr zone=z:1m rate=%[3]dr/s;
+  limit_req_zone $binary_remote_addr zone=z:1m rate=%[3]d%[7]s;
   server {
     listen %[4]s:%[2]d;
     root %[1]s/www;
-    location = %[5]s { return 204; }
+%[9]s    location = %[5]s { return 204; }
     location / {
-      limit_req zone=z burst=%[6]d nodelay;
+      %[6]s
       limit_req_log_level info; # below error_log's level: refusals are in access.log only
-`, dir, port, o.Rate, localhost, healthPath, o.Burst, o.accessLogConf(dir))
+`, dir, port, o.Rate, localhost, healthPath, o.limitReq(), unit, format, arrivals, o.accessLogConf(dir))
 	status := o.Status
 	if status != 0 {
 		fmt.Fprintf(&b, "      limit_req_status %d;\n", status)
@@ -214,15 +262,29 @@ type HAProxyOptions struct {
 	// Requests is the number of requests allowed per Period. Zero means
 	// 50.
 	Requests int
-	// Period is the period of http_req_rate, in whole seconds. Zero means
-	// 10 s.
+	// Period is the period of http_req_rate, in whole milliseconds. Zero
+	// means 10 s.
 	Period time.Duration
 	// Status is the status of refused requests. Zero means 429.
 	Status int
 	// AccessLog, when not empty, is the file where HAProxy logs every
 	// answer (through its standard output) in the access-log format that
-	// [ReadAccessLog] reads. Empty means no log.
+	// [ReadAccessLog] reads. Empty means no log. It cannot be set with
+	// ArrivalLog, whose log lines replace it.
 	AccessLog string
+	// RetryAfter, when not zero, adds "Retry-After: <RetryAfter>" (in
+	// seconds) to refused requests (the deny's hdr).
+	RetryAfter int
+	// ArrivalLog, when not empty, is the address (host:port) of a UDP
+	// syslog listener, an [ArrivalLog]'s, to which HAProxy sends a line
+	// for every request on the page: the time it was tracked and its
+	// status.
+	ArrivalLog string
+	// Threads is nbthread; 0 means HAProxy's default, a thread per CPU.
+	// With one thread the time logged for ArrivalLog is the time the
+	// stick table's counter read; with several, a thread may log its
+	// own clock while the counter reads a later one of another thread.
+	Threads int
 }
 
 // Limit returns the sustained limit of the server in requests per second.
@@ -247,22 +309,35 @@ func (o HAProxyOptions) withDefaults() HAProxyOptions {
 // haproxyCfg returns the configuration of an HAProxy listening on port.
 func (o HAProxyOptions) haproxyCfg(port int) string {
 	o = o.withDefaults()
+	var logs, mark, hdr string
+	if o.ArrivalLog != "" {
+		// date is the time of the pass that tracked the request, to
+		// the millisecond of HAProxy's clock.
+		logs = fmt.Sprintf("  log %s format raw local0\n  log-format \"%s haproxy %%[var(txn.arrival)] %%ST\"\n", o.ArrivalLog, arrivalMark)
+		mark = "  http-request set-var(txn.arrival) date(0,ms)\n"
+	}
+	if o.RetryAfter != 0 {
+		hdr = fmt.Sprintf(" hdr Retry-After %d", o.RetryAfter)
+	}
+	global := "  maxconn 1000\n"
+	if o.Threads > 0 {
+		global += fmt.Sprintf("  nbthread %d\n", o.Threads)
+	}
 	return fmt.Sprintf(`global
-  maxconn 1000
-%[7]sdefaults
+%[10]s%[11]sdefaults
   mode http
-%[8]s  timeout connect 5s
+%[12]s  timeout connect 5s
   timeout client 30s
   timeout server 30s
   timeout http-keep-alive 30s
 frontend fe
   bind %[1]s:%[2]d
-  http-request return status 200 content-type text/plain string ok if { path %[3]s }
-  stick-table type ip size 100k expire 30s store http_req_rate(%[4]ds)
+%[7]s  http-request return status 200 content-type text/plain string ok if { path %[3]s }
+  stick-table type ip size 100k expire 30s store http_req_rate(%[4]dms)
   http-request track-sc0 src
-  http-request deny deny_status %[5]d if { sc_http_req_rate(0) gt %[6]d }
+%[8]s  http-request deny deny_status %[5]d%[9]s if { sc_http_req_rate(0) gt %[6]d }
   http-request return status 200 content-type text/plain string ok
-`, localhost, port, healthPath, int(o.Period/time.Second), o.Status, o.Requests, o.logGlobal(), o.logDefaults())
+`, localhost, port, healthPath, o.Period.Milliseconds(), o.Status, o.Requests, logs, mark, hdr, global, o.logGlobal(), o.logDefaults())
 }
 
 // logGlobal and logDefaults return the log lines of the global and
@@ -290,6 +365,9 @@ func (o HAProxyOptions) logDefaults() string {
 func StartHAProxy(tb testing.TB, opts HAProxyOptions) string {
 	tb.Helper()
 	bin := lookBinary(tb, "haproxy", "haproxy")
+	if opts.AccessLog != "" && opts.ArrivalLog != "" {
+		tb.Fatalf("fieldtest: HAProxyOptions: AccessLog and ArrivalLog cannot both be set")
+	}
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "haproxy.cfg")
 	var accessLog *os.File
@@ -311,6 +389,43 @@ func StartHAProxy(tb testing.TB, opts HAProxyOptions) string {
 		}
 		return cmd, nil
 	})
+}
+
+// NginxFor returns the options of the nginx that runs the limiter l
+// describes, the real server of the model l.NewServer() builds (package
+// internal/sim). l must be a valid nginx Limiter without Latency (the
+// server answers at once) or Stated (nginx states no limit).
+func NginxFor(l sim.Limiter) (NginxOptions, error) {
+	if err := forServer(l, sim.KindNginx); err != nil {
+		return NginxOptions{}, err
+	}
+	return NginxOptions{
+		Rate: l.Requests, PerMinute: l.Period == time.Minute, Burst: l.Burst,
+		Delay: !l.NoDelay, DelayAfter: l.Delay,
+		Status: l.Status, RetryAfter: int(l.RetryAfter / time.Second),
+	}, nil
+}
+
+// HAProxyFor returns the options of the HAProxy that runs the limiter l
+// describes, the real server of the model l.NewServer() builds (package
+// internal/sim). l must be a valid haproxy Limiter without Latency or
+// Stated.
+func HAProxyFor(l sim.Limiter) (HAProxyOptions, error) {
+	if err := forServer(l, sim.KindHAProxy); err != nil {
+		return HAProxyOptions{}, err
+	}
+	return HAProxyOptions{Requests: l.Requests, Period: l.Period, Status: l.Status, RetryAfter: int(l.RetryAfter / time.Second)}, nil
+}
+
+// forServer reports whether a real server of kind can run l.
+func forServer(l sim.Limiter, kind sim.LimiterKind) error {
+	switch {
+	case l.Kind != kind:
+		return fmt.Errorf("fieldtest: limiter %v is not %s", l, kind)
+	case l.Latency != 0 || l.Stated != sim.StateNone:
+		return fmt.Errorf("fieldtest: limiter %v: the field servers answer at once and state no limit", l)
+	}
+	return l.Validate()
 }
 
 // HTTPRateOptions configures the server started by [StartHTTPRate]:

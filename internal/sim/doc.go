@@ -20,7 +20,16 @@
 //
 // Server models (RateLimitServer, BurstServer, FixedWindowServer,
 // SlidingWindowServer, CapacityServer, StormServer, PlainServer) answer
-// from their model at the arrival time. Policies are
+// from their model at the arrival time. Real limiters are modelled
+// exactly, from their source, in their own arithmetic: nginx's limit_req
+// (NginxLimitReq), HAProxy's http_req_rate (HAProxyReqRate),
+// go-redis/redis_rate's GCRA (GCRAServer), go-chi/httprate
+// (CounterServer); the nginx and HAProxy models are checked against the
+// real servers by the fieldtest module's TestFidelity. A Limiter
+// describes any of the limiters by its parameters, builds it
+// (Limiter.NewServer) and names it (Limiter.String); StatedServer makes
+// one state its limit in RateLimit or X-RateLimit headers,
+// RetryAfterServer send a constant Retry-After. Policies are
 // the throttle's configurations (ThrottlePolicy) and reference policies
 // written here as small state machines: colly's LimitRule (CollyPolicy),
 // Scrapy's AutoThrottle rule alone (ScrapyPolicy) and a fixed
