@@ -32,8 +32,13 @@ type answer struct {
 	// gated says it gates the scope with a server-given wait, gate long.
 	gated bool
 	gate  time.Duration
-	// stated is the rate the server states it allows (Feedback.StatedRate).
+	// stated is the rate the server states it allows (Feedback.StatedRate),
+	// a policy when policy is set (Feedback.StatedPolicy).
 	stated float64
+	policy bool
+	// reset is the reset the server named with a stated rate that is not
+	// a policy (its wait from now); zero when none.
+	reset time.Time
 
 	// The scope when it came: its delay and concurrency in effect, and
 	// the manager's GlobalConcurrency (rampup's cap on slots).
@@ -51,9 +56,15 @@ type answer struct {
 func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSignal bool) answer {
 	signal := s.backoff.isSignal(&s.cfg, s.key, fb)
 	a := answer{started: t.Start, latency: fb.Latency, status: fb.Status, failed: fb.Err != nil, timeout: fb.Timeout,
-		signal: signal, stated: fb.StatedRate, globalCap: s.globalCap, conc: s.concurrency()}
+		signal: signal, stated: fb.StatedRate, policy: fb.StatedPolicy, globalCap: s.globalCap, conc: s.concurrency()}
 	a.delay, _ = s.delay()
+	if fb.StatedRate > 0 && !fb.StatedPolicy && fb.HasWait {
+		a.reset = now.Add(fb.Wait)
+	}
 	a.rateLimited = fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
+	if fb.HasRemaining && fb.HasWait && fb.appliesTo(s.key) {
+		s.quota.remaining(t.Start, fb.Remaining, now.Add(fb.Wait))
+	}
 	switch {
 	case !fb.appliesTo(s.key):
 	case !signal && fb.Exhausted && fb.HasWait:

@@ -60,12 +60,23 @@ type Feedback struct {
 	// admitted, the quota slides (go-chi/httprate) and "0 remaining" is
 	// no refusal: the scope is not gated for it.
 	Exhausted bool
+	// Remaining is the smallest count of requests the headers say are
+	// left in the quota (ratelimit.Wait.Remaining), when HasRemaining.
+	// A quota whose remaining count grows before the reset it named
+	// slides, and its "0 remaining" is no refusal (see Exhausted).
+	Remaining    int64
+	HasRemaining bool
 
 	// StatedRate is the request rate the server states it allows, in
 	// requests per second (ratelimit.Wait.Rate); 0 when it states none.
-	// Rampup paces at it from the first response that states it, and
-	// never above it.
-	StatedRate float64
+	// StatedPolicy reports that the server stated it as a policy
+	// (RateLimit-Policy's quota and window, ratelimit.Wait.Policy):
+	// rampup then paces 2 % under it from the first response that states
+	// it, and never above. A rate estimated from a limit and its reset
+	// (X-RateLimit-*) is a hint: rampup climbs towards it, and past it if
+	// the server accepts more.
+	StatedRate   float64
+	StatedPolicy bool
 
 	// Quota corrects the quota counts of the request's scopes: a scope
 	// admits at most Quota in cost per Window, counted with the actual
@@ -135,7 +146,8 @@ func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error
 		fb.Status = resp.StatusCode
 		fb.Size = resp.ContentLength
 		w := ratelimit.Parse(resp.Header, now)
-		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate = w.Duration, w.Present, w.Exhausted, w.Rate
+		fb.Wait, fb.HasWait, fb.Exhausted, fb.StatedRate, fb.StatedPolicy = w.Duration, w.Present, w.Exhausted, w.Rate, w.Policy
+		fb.Remaining, fb.HasRemaining = w.Remaining, w.Remaining >= 0
 		return
 	}
 	if err != nil && isBackoffError(err) {

@@ -77,6 +77,7 @@ type learnedRampup struct {
 	Memory   time.Duration `json:"me,omitempty"`
 	Wait     time.Duration `json:"wa,omitempty"`
 	Stated   float64       `json:"sr,omitempty"`
+	HintAt   int64         `json:"ha,omitempty"`
 	Drain    bool          `json:"dr,omitempty"`
 	DrainAt  int64         `json:"da,omitempty"`
 	Cost     int           `json:"co,omitempty"`
@@ -130,7 +131,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, GAt: unixNano(r.gAt), GOK: r.gOK, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, Paused: r.paused, PausedAt: unixNano(r.pausedAt)}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, GAt: unixNano(r.gAt), GOK: r.gOK, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, Paused: r.paused, PausedAt: unixNano(r.pausedAt)}
 	}
 	return st
 }
@@ -199,7 +200,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
 		rr.bound()
 		s.rampup = rr
 	}

@@ -49,8 +49,13 @@ package throttle
 //  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
 //     not a rate: what its first failures did is undone, backoff
 //     probes, and the first success resumes at G.
-//  7. Stated. A server that states its limit is paced 2 % below it, and
-//     never above; refusals under it are followed as above.
+//  7. Stated. A server that states its limit as a policy (quota and
+//     window) is paced 2 % below it, and never above; refusals under it
+//     are followed as above. So is a limit over the time to its reset
+//     (X-RateLimit-*) when two answers name the same reset: a window's
+//     end. A reset that moves with each answer (a token bucket's time
+//     until full) makes the rate a hint: the slow start bisects towards
+//     it instead of doubling, and climbs past it as past any ceiling.
 //
 // R stays between 1/Backoff.MaxDelay and the ceiling of the slots and
 // Rampup.MinDelay: the configured Delay is only where it starts.
@@ -177,6 +182,9 @@ const (
 	// to size the slots: with one slot and a server that takes 2 s, the
 	// first round would be paced by the slot, not the rate.
 	rampupFirstLatency = time.Second
+	// rampupSameReset is how close two resets are the same window's end:
+	// resets are whole seconds, and the answers' latency differs.
+	rampupSameReset = 1500 * time.Millisecond
 	// rampupMaxRate bounds the rate (one start per microsecond).
 	rampupMaxRate = 1e6
 	// outageRun is how many 5xx in a row, with no success and no 429
@@ -214,6 +222,7 @@ type rampup struct {
 	memory  time.Duration // the longest from a rise to the refusal it drew
 	wait    time.Duration // the server's last wait: rounds span it
 	stated  float64       // the lowest rate the server stated; 0: none
+	hintAt  time.Time     // the reset named with the last stated rate that is no policy
 	drain   bool          // rule 4: from a refusal event to the next success
 	drainAt time.Time     // when the drain began
 	lastNo  time.Time     // the latest start of a refused request
@@ -386,11 +395,22 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			r.lat += (ans.latency - r.lat) / 8
 		}
 	}
-	if s := ans.stated; s > 0 && s < rampupMaxRate && (r.stated == 0 || s < r.stated) {
+	window := !ans.reset.IsZero() && !r.hintAt.IsZero() && absDuration(ans.reset.Sub(r.hintAt)) < rampupSameReset
+	if !ans.reset.IsZero() {
+		r.hintAt = ans.reset
+	}
+	switch s := ans.stated; {
+	case s <= 0 || s >= rampupMaxRate:
+	case (ans.policy || window) && (r.stated == 0 || s < r.stated):
 		r.stated, r.bad = s, s // rule 7: the ceiling is 2 % under it
 		r.setGood(now, s*(1-rampupEpsilon))
 		r.probeAt = now.Add(r.probeInterval(cfg))
 		r.set(now, cfg, gc, r.good)
+	case !ans.policy && r.bad == 0 && r.step == 0 && s > r.good:
+		// A hint, in the slow start: bisect towards it rather than
+		// double past it (a rate the server accepts past it is climbed
+		// to as past any ceiling).
+		r.bad = s
 	}
 	if v, done := r.outage(now, cfg, ans, refused); done {
 		return v
@@ -699,4 +719,11 @@ func nonzero(a, b float64) float64 {
 		return a
 	}
 	return b
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }

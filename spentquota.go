@@ -25,10 +25,12 @@ import "time"
 // request started after the reset tests nothing (the quota may have been
 // refilled) and drops the test; the next spent answer starts another.
 type spentQuota struct {
-	kind  quotaKind
-	probe time.Time // pending test: the spent answer's time; zero: none
-	reset time.Time // and the reset it named
-	gated time.Time // a fixed quota's last gate: the reset it waited for
+	kind      quotaKind
+	probe     time.Time // pending test: the spent answer's time; zero: none
+	reset     time.Time // and the reset it named
+	gated     time.Time // a fixed quota's last gate: the reset it waited for
+	left      int64     // the remaining count last reported, of the window ending at leftReset
+	leftReset time.Time
 }
 
 // quotaKind is what spentQuota learned of a scope's quota.
@@ -76,6 +78,18 @@ func (q *spentQuota) afterGate(started time.Time, status int, spentAgain bool) {
 	if spentAgain || status < 200 || status >= 300 {
 		q.kind = quotaSliding
 	}
+}
+
+// remaining learns from a remaining count left reported for a request
+// started at started, with the reset it names: a count that grew before
+// the reset the last one named says the quota slides (a fixed window's
+// count only falls until its reset). It decides at once, with no
+// refusal, what spent tests with one.
+func (q *spentQuota) remaining(started time.Time, left int64, reset time.Time) {
+	if q.kind != quotaSliding && !q.leftReset.IsZero() && started.Before(q.leftReset) && left > q.left {
+		q.kind, q.probe, q.gated = quotaSliding, time.Time{}, time.Time{}
+	}
+	q.left, q.leftReset = left, reset
 }
 
 // learn ends the pending test with the status of the request that made

@@ -229,6 +229,13 @@ type Wait struct {
 	// The time to a reset is at most the window, so the second form is
 	// high late in a window: take the lowest seen.
 	Rate float64
+	// Policy reports that Rate is the server's own statement of a quota
+	// and its window (RateLimit-Policy). Otherwise Rate is an estimate
+	// from a limit and its reset, which servers mean in different ways:
+	// the end of a fixed window (GitHub), or the time until a token
+	// bucket is full again (a GCRA's reset), which makes the estimate
+	// low.
+	Policy bool
 }
 
 // Header names read by Parse: the canonical form, as net/http
@@ -337,12 +344,12 @@ func Parse(h http.Header, now time.Time) Wait {
 		// burst quota must not gate the scope until a daily reset.
 		w.Duration = spent
 	}
-	w.Rate = statedRate(h, now)
+	w.Rate, w.Policy = statedRate(h, now)
 	return w
 }
 
-// statedRate is Wait.Rate.
-func statedRate(h http.Header, now time.Time) float64 {
+// statedRate is Wait.Rate and Wait.Policy.
+func statedRate(h http.Header, now time.Time) (float64, bool) {
 	rate := 0.0
 	lower := func(q int64, w time.Duration) {
 		if q > 0 && w > 0 {
@@ -359,7 +366,7 @@ func statedRate(h http.Header, now time.Time) float64 {
 		}
 	}
 	if rate > 0 {
-		return rate
+		return rate, true
 	}
 	for _, p := range []struct {
 		limit, reset headerName
@@ -380,7 +387,7 @@ func statedRate(h http.Header, now time.Time) float64 {
 			lower(q, max(time.Second, (d+time.Second-1).Truncate(time.Second))) // resets are whole seconds
 		}
 	}
-	return rate
+	return rate, false
 }
 
 // headerName is a header's canonical key and its customary spelling.

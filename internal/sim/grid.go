@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -24,57 +25,10 @@ import (
 // with the README's recipe for an API whose limit you don't know
 // (DefaultConfig with Rampup on).
 
-// Model is a limiter model of the grid.
-type Model uint8
-
-// The grid's limiter models.
-const (
-	// ModelBucket is a token bucket with its own burst (BurstServer).
-	ModelBucket Model = iota
-	// ModelNginx is nginx's limit_req with nodelay.
-	ModelNginx
-	// ModelHAProxy is HAProxy's http_req_rate(Period) counting refused
-	// requests too.
-	ModelHAProxy
-	// ModelGCRA is a generic cell rate limiter (go-redis/redis_rate).
-	ModelGCRA
-	// ModelFixed is a quota per window aligned to the window.
-	ModelFixed
-	// ModelSliding is a quota in any trailing window.
-	ModelSliding
-	// ModelHTTPRate is go-chi/httprate's sliding counter with its
-	// X-RateLimit-* headers.
-	ModelHTTPRate
-	numModels
-)
-
-var modelNames = [...]string{"bucket", "nginx", "haproxy", "gcra", "fixed", "sliding", "httprate"}
-
-func (m Model) String() string {
-	if int(m) < len(modelNames) {
-		return modelNames[m]
-	}
-	return fmt.Sprintf("model%d", m)
-}
-
 // Shape is one point of the grid: a limiter and how the crawl meets it.
 type Shape struct {
-	Model Model
-	// Limit is the sustained limit in req/s.
-	Limit float64
-	// Burst is what a token bucket, nginx or GCRA accepts at once beyond
-	// the rate.
-	Burst int
-	// Period is HAProxy's counting period, or a quota's window.
-	Period time.Duration
-	// RetryAfter, when not zero, makes refusals carry a Retry-After:
-	// this constant for nginx and HAProxy (added by the configuration),
-	// the model's own wait for the others.
-	RetryAfter time.Duration
-	// Status is the refusals' status (429 or 503).
-	Status int
-	// Latency is every answer's service time.
-	Latency time.Duration
+	// Limiter is the server's limiter, with its latency.
+	Limiter Limiter
 	// Robots turns the throttle's robots.txt handling on; the server
 	// answers robots.txt 404 when its limiter accepts the fetch.
 	Robots bool
@@ -93,62 +47,25 @@ const (
 	gridSignalFrom = time.Minute
 )
 
-// Name is the shape's name: model, limit, burst, period, Retry-After,
-// status, latency and robots.txt, e.g.
-// "nginx-2.5rps-b3-ra2s-503-lat40ms-robots".
+// Name is the shape's name: the limiter's (Limiter.String), with
+// "-robots" when robots.txt is on.
 func (s Shape) Name() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s-%srps", s.Model, trimFloat(s.Limit))
-	switch s.Model {
-	case ModelBucket, ModelNginx, ModelGCRA:
-		fmt.Fprintf(&b, "-b%d", s.Burst)
-	case ModelHAProxy, ModelFixed, ModelSliding, ModelHTTPRate:
-		fmt.Fprintf(&b, "-p%v", s.Period)
-	}
-	if s.RetryAfter > 0 {
-		fmt.Fprintf(&b, "-ra%v", s.RetryAfter)
-	}
-	if s.Status != 0 && s.Status != 429 {
-		fmt.Fprintf(&b, "-%d", s.Status)
-	}
-	fmt.Fprintf(&b, "-lat%v", s.Latency)
 	if s.Robots {
-		b.WriteString("-robots")
+		return s.Limiter.String() + "-robots"
 	}
-	return b.String()
+	return s.Limiter.String()
 }
 
-func trimFloat(f float64) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", f), "0"), ".")
-}
-
-// quota is the shape's requests per Period, for the models that count.
-func (s Shape) quota() int {
-	if s.Model == ModelHTTPRate {
-		return max(1, int(math.Ceil(s.Limit*s.Period.Seconds()-1e-9))) // its Limit is Quota - 0.5 a window
+// Limit is the rate the limiter admits at most in the long run, in
+// req/s: its Requests per Period, but for httprate, which refuses once
+// its weighted count rounds to the quota and so admits Requests - 0.5 a
+// window at a steady rate.
+func (s Shape) Limit() float64 {
+	l := s.Limiter
+	if l.Kind == KindHTTPRate {
+		return (float64(l.Requests) - 0.5) / l.Period.Seconds()
 	}
-	return max(1, int(math.Round(s.Limit*s.Period.Seconds())))
-}
-
-// NewServer returns a fresh server for the shape's limiter (without the
-// outage).
-func (s Shape) NewServer() Server {
-	ra := s.RetryAfter > 0
-	switch s.Model {
-	case ModelNginx:
-		return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
-	case ModelHAProxy:
-		return &SlidingWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency, CountRefused: true}
-	case ModelGCRA:
-		return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
-	case ModelFixed:
-		return &FixedWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
-	case ModelSliding:
-		return &SlidingWindowServer{Quota: s.quota(), Window: s.Period, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
-	case ModelHTTPRate:
-		return &CounterServer{Quota: s.quota(), Window: s.Period, Latency: s.Latency}
-	}
-	return &BurstServer{Rate: s.Limit, Burst: s.Burst, Status: s.Status, RetryAfter: ra, Latency: s.Latency}
+	return l.Rate()
 }
 
 // outageServer answers every request 503 in [from, to) without asking
@@ -173,7 +90,7 @@ func (s *outageServer) Handle(now time.Time, host string) Response {
 // the shape's latency.
 func (s Shape) GridConfig() throttle.Config {
 	cfg := ColdRampupConfig()
-	if need := s.Limit * s.Latency.Seconds(); need > float64(cfg.GlobalConcurrency) {
+	if need := s.Limit() * s.Limiter.Latency.Seconds(); need > float64(cfg.GlobalConcurrency) {
 		n := s.workers()
 		cfg.GlobalConcurrency = n
 		cfg.Default.Rampup.MaxConcurrency = n
@@ -183,7 +100,7 @@ func (s Shape) GridConfig() throttle.Config {
 
 // workers is twice what the limit needs in flight, at least 16.
 func (s Shape) workers() int {
-	return max(16, int(math.Ceil(2*s.Limit*s.Latency.Seconds())))
+	return max(16, int(math.Ceil(2*s.Limit()*s.Limiter.Latency.Seconds())))
 }
 
 // Scenario returns the shape's scenario: one API host, the limiter with
@@ -198,20 +115,28 @@ func (s Shape) Scenario() Scenario {
 		Duration: gridDuration, Clients: 1, Workers: s.workers(),
 		Frontier: oneHost(apiHost),
 		NewServer: func(start time.Time, _ *rand.Rand) Server {
-			return &outageServer{Server: s.NewServer(), from: start.Add(gridOutageFrom), to: start.Add(gridOutageTo), latency: s.Latency}
+			return &outageServer{Server: s.Limiter.NewServer(), from: start.Add(gridOutageFrom), to: start.Add(gridOutageTo), latency: s.Limiter.Latency}
 		},
-		Limit: s.Limit, Capacity: s.Limit,
+		Limit: s.Limit(), Capacity: s.Limit(),
 		MeasureFrom: gridSteadyFrom, MeasureTo: gridOutageFrom, SignalsFrom: gridSignalFrom,
 		StormFrom: gridOutageFrom, StormTo: gridOutageTo,
-		RetryAfter: s.RetryAfter > 0,
+		RetryAfter: s.Limiter.RetryAfter > 0 || s.Limiter.RetryAfterWait || s.Limiter.Kind == KindHTTPRate,
 		Policies:   []PolicySpec{pol},
 	}
 }
 
+// gridKinds are the models the grid draws from, in turn.
+var gridKinds = []LimiterKind{KindNginx, KindHAProxy, KindGCRA, KindBucket, KindFixed, KindSliding, KindHTTPRate}
+
 // GridShapes draws n shapes from the space of limiters with seed, by
 // Latin hypercube: the models in turn, and each parameter's range cut
 // into n strata, each stratum used once, so that a few hundred shapes
-// cover every range evenly. The same seed gives the same shapes.
+// cover every range evenly: limits of 0.1-50 req/s, bursts 0-10,
+// Retry-After none, 1-5 s or the limiter's own wait, counting periods of
+// 1-10 s and windows of 1-60 s, nginx in nodelay and delay modes
+// answering 429 or 503, servers that state their limit in RateLimit or
+// X-RateLimit headers, latencies of 1 ms-1 s and 2 s, robots.txt on and
+// off. The same seed gives the same shapes.
 func GridShapes(seed uint64, n int) []Shape {
 	rng := rand.New(rand.NewPCG(seed, 0x67726964))
 	strata := func() []float64 { // n points of [0, 1), one per stratum, shuffled
@@ -222,44 +147,70 @@ func GridShapes(seed uint64, n int) []Shape {
 		}
 		return u
 	}
-	limit, lat, burst, period, ra, status, robots := strata(), strata(), strata(), strata(), strata(), strata(), strata()
-	models := rng.Perm(n)
+	limit, lat, burst, period, ra, mode, robots, stated := strata(), strata(), strata(), strata(), strata(), strata(), strata(), strata()
+	kinds := rng.Perm(n)
 	shapes := make([]Shape, n)
 	for i := range shapes {
-		s := Shape{Model: Model(models[i] % int(numModels)), Status: 429}
-		s.Limit = logScale(0.1, 50, limit[i])
+		l := Limiter{Kind: gridKinds[kinds[i]%len(gridKinds)]}
+		rate := logScale(0.1, 50, limit[i])
 		if lat[i] < 1.0/8 {
-			s.Latency = 2 * time.Second
+			l.Latency = 2 * time.Second
 		} else {
-			s.Latency = time.Duration(logScale(1e-3, 1, (lat[i]-1.0/8)*8/7) * float64(time.Second)).Round(time.Millisecond)
+			l.Latency = time.Duration(logScale(1e-3, 1, (lat[i]-1.0/8)*8/7) * float64(time.Second)).Round(time.Millisecond)
 		}
-		switch s.Model {
-		case ModelBucket, ModelNginx, ModelGCRA:
-			s.Burst = min(10, int(burst[i]*11))
-		case ModelHAProxy:
-			s.Period = time.Duration(1+int(period[i]*10)) * time.Second
-		case ModelFixed, ModelSliding:
-			s.Period = time.Duration(logScale(1, 60, period[i]) * float64(time.Second)).Round(time.Second)
-		case ModelHTTPRate:
-			s.Period = time.Duration(1+int(period[i]*10)) * time.Second
+		perSecondOrMinute := func() {
+			l.Period = time.Second
+			if rate < 2 {
+				l.Period = time.Minute
+			}
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
 		}
-		if s.Period > 0 {
-			// Whole requests per period: the limit is what the quota gives.
-			s.Limit = float64(s.quota()) / s.Period.Seconds()
+		window := func(lo, hi float64) {
+			l.Period = time.Duration(logScale(lo, hi, period[i]) * float64(time.Second)).Round(time.Second)
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
 		}
-		if s.Model == ModelHTTPRate {
-			// httprate refuses once its weighted count rounds to the
-			// quota: at a steady rate it admits Quota - 0.5 a window.
-			s.Limit = (float64(s.quota()) - 0.5) / s.Period.Seconds()
+		constRA := func() {
+			if ra[i] >= 0.5 {
+				l.RetryAfter = time.Duration(1+int((ra[i]-0.5)*10)) * time.Second
+			}
 		}
-		if s.Model != ModelHTTPRate && ra[i] >= 0.5 {
-			s.RetryAfter = time.Duration(1+int((ra[i]-0.5)*10)) * time.Second
+		waitRA := func() { l.RetryAfterWait = ra[i] >= 0.5 }
+		switch l.Kind {
+		case KindNginx:
+			perSecondOrMinute()
+			l.Burst = min(10, int(burst[i]*11))
+			l.NoDelay = mode[i] >= 0.25
+			if mode[i] >= 0.625 {
+				l.Status = http.StatusTooManyRequests
+			}
+			constRA()
+		case KindHAProxy:
+			l.Period = time.Duration(1+int(period[i]*10)) * time.Second
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
+			constRA()
+		case KindGCRA:
+			perSecondOrMinute()
+			l.Burst = 1 + min(9, int(burst[i]*10))
+			waitRA()
+		case KindBucket:
+			l.Period = 100 * time.Second
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
+			l.Burst = min(10, int(burst[i]*11))
+			waitRA()
+		case KindFixed, KindSliding:
+			window(1, 60)
+			waitRA()
+		case KindHTTPRate:
+			l.Period = time.Duration(1+int(period[i]*10)) * time.Second
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
 		}
-		if s.Model == ModelNginx && status[i] < 0.5 {
-			s.Status = 503
+		if l.Kind != KindHTTPRate && stated[i] < 0.25 {
+			l.Stated = StateIETF
+			if stated[i] < 0.125 {
+				l.Stated = StateX
+			}
 		}
-		s.Robots = robots[i] < 0.5
-		shapes[i] = s
+		shapes[i] = Shape{Limiter: l, Robots: robots[i] < 0.5}
 	}
 	return shapes
 }
@@ -289,7 +240,7 @@ type GridTargets struct {
 // 120 s.
 func (s Shape) Targets() GridTargets {
 	t := GridTargets{Cold90: 60, Share: 0.95, Signals: 2, OutageKnown: 10, Recover: 120}
-	if s.Latency >= 2*time.Second {
+	if s.Limiter.Latency >= 2*time.Second {
 		t.Cold90 = 90
 	}
 	return t

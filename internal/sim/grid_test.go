@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestGridTargets runs the grid (GridShapes) on 4 seeds and checks every
@@ -63,11 +64,47 @@ func TestGridShape(t *testing.T) {
 		if err := WriteGrid(os.Stdout, []GridRow{gridRow(s, res.Metrics)}); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("limit %g req/s; per 10 s: sent/s, 2xx/s, refused/s\n", s.Limit)
+		fmt.Printf("limit %g req/s; per 10 s: sent/s, 2xx/s, refused/s\n", s.Limit())
 		for i, r := range res.Series.Rate {
 			fmt.Printf("%4ds %7.2f %7.2f %7.2f\n", i*10, r, res.Series.OK[i], res.Series.Refused[i])
 		}
 		return
 	}
 	t.Fatalf("no shape %s", name)
+}
+
+// TestGridShapesValid: every shape the grid draws is a valid limiter, the
+// draw is the same for a seed, and it covers every model, both robots.txt
+// settings, 2 s latency and the ends of the limits' range.
+func TestGridShapesValid(t *testing.T) {
+	shapes := GridShapes(1, 200)
+	kinds := map[LimiterKind]int{}
+	var robots, slow, low, high int
+	for _, s := range shapes {
+		if err := s.Limiter.Validate(); err != nil {
+			t.Fatalf("%s: %v", s.Name(), err)
+		}
+		kinds[s.Limiter.Kind]++
+		if s.Robots {
+			robots++
+		}
+		if s.Limiter.Latency == 2*time.Second {
+			slow++
+		}
+		if s.Limit() < 0.2 {
+			low++
+		}
+		if s.Limit() > 30 {
+			high++
+		}
+	}
+	if len(kinds) != len(gridKinds) || robots < 80 || robots > 120 || slow < 20 || low == 0 || high == 0 {
+		t.Fatalf("kinds %v, robots %d, 2 s latency %d, below 0.2 req/s %d, above 30 %d", kinds, robots, slow, low, high)
+	}
+	again := GridShapes(1, 200)
+	for i := range shapes {
+		if shapes[i] != again[i] {
+			t.Fatalf("shape %d differs for the same seed", i)
+		}
+	}
 }
