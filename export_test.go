@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -70,18 +73,22 @@ func TestImportRefusesAndAppliesNothing(t *testing.T) {
 	good := `{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[` +
 		`{"key":"a.test","state":{"v":2,"a":{"d":7000000000,"s":true}}}`
 	for name, in := range map[string]string{
-		"truncated":      good,
-		"future version": strings.Replace(good, `"version":1`, `"version":2`, 1) + `]}`,
-		"other format":   strings.Replace(good, `throttle-learned`, `other`, 1) + `]}`,
-		"bad record":     good + `,{"key":"b.test","state":{"v":2,"a":{"d":-5}}}]}`,
-		"bad record ver": good + `,{"key":"b.test","state":{"v":9}}]}`,
-		"no key":         good + `,{"key":"","state":{"v":2}}]}`,
-		"duplicate":      good + `,{"key":"a.test","state":{"v":2}}]}`,
-		"future time":    good + `,{"key":"b.test","state":{"v":2,"b":{"ls":9000000000000000000}}}]}`,
-		"unknown field":  good + `],"extra":1}`,
-		"trailing data":  good + `]} {}`,
-		"not json":       "\x00\x01",
-		"empty":          "",
+		"truncated":       good,
+		"future version":  strings.Replace(good, `"version":1`, `"version":2`, 1) + `]}`,
+		"other format":    strings.Replace(good, `throttle-learned`, `other`, 1) + `]}`,
+		"bad record":      good + `,{"key":"b.test","state":{"v":2,"a":{"d":-5}}}]}`,
+		"bad record ver":  good + `,{"key":"b.test","state":{"v":9}}]}`,
+		"no key":          good + `,{"key":"","state":{"v":2}}]}`,
+		"duplicate":       good + `,{"key":"a.test","state":{"v":2}}]}`,
+		"duplicate key64": good + `,{"key64":"YS50ZXN0","state":{"v":2}}]}`,
+		"both keys":       good + `,{"key":"b.test","key64":"/w==","state":{"v":2}}]}`,
+		"empty key64":     good + `,{"key64":"","state":{"v":2}}]}`,
+		"key64 not b64":   good + `,{"key64":"!!","state":{"v":2}}]}`,
+		"future time":     good + `,{"key":"b.test","state":{"v":2,"b":{"ls":9000000000000000000}}}]}`,
+		"unknown field":   good + `],"extra":1}`,
+		"trailing data":   good + `]} {}`,
+		"not json":        "\x00\x01",
+		"empty":           "",
 	} {
 		n, err := m.Import(strings.NewReader(in))
 		require.ErrorIs(t, err, ErrImport, name)
@@ -146,4 +153,164 @@ func FuzzImport(f *testing.F) {
 			t.Fatalf("re-import of an export: %v", err)
 		}
 	})
+}
+
+// learnOn makes the scope key learn a backoff step (a 503) in m.
+func learnOn(t testing.TB, m *ThrottlingManager, key string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(WithScopes(context.Background(), key), http.MethodGet, "http://x.test/", nil)
+	require.NoError(t, err)
+	p, adm, err := m.TryAcquire(req)
+	require.NoError(t, err)
+	require.NotNil(t, p, "%q: %+v", key, adm)
+	p.ReleaseFeedback(Feedback{Status: 503})
+}
+
+// learnedKeys returns the keys of m's scopes with learned state, and
+// their backoff delays.
+func learnedKeys(m *ThrottlingManager) map[string]time.Duration {
+	keys := map[string]time.Duration{}
+	for _, ss := range m.Stats().Scopes {
+		if ss.BackoffDelay > 0 {
+			keys[ss.Key] = ss.BackoffDelay
+		}
+	}
+	return keys
+}
+
+// TestExportKeepsEveryKeyByteForByte (issue 22 item 5): scope keys that
+// are not valid UTF-8 (a JSON string cannot hold them: encoding/json
+// writes U+FFFD instead) come back from Export and Import byte for byte,
+// with their learned state; valid ones are written as plain strings.
+func TestExportKeepsEveryKeyByteForByte(t *testing.T) {
+	keys := []string{"a.test", "\xff", "bad\x80utf8.test", "\xed\xa0\x80", "é.test", "\u2028<&>", "\ufffd"}
+	m := newManager(t, exportConfig())
+	for _, k := range keys {
+		learnOn(t, m, k)
+	}
+	want := learnedKeys(m)
+	require.Len(t, want, len(keys))
+	var buf bytes.Buffer
+	require.NoError(t, m.Export(&buf))
+	require.Contains(t, buf.String(), `"key":"a.test"`, "a valid key is a plain string")
+
+	m2 := newManager(t, exportConfig())
+	n, err := m2.Import(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.Equal(t, len(keys), n)
+	require.Equal(t, want, learnedKeys(m2), "every key and its state restored")
+	var again bytes.Buffer
+	require.NoError(t, m2.Export(&again))
+	require.Equal(t, stripExported(buf.String()), stripExported(again.String()))
+}
+
+// FuzzExportKeys: whatever bytes two scope keys hold, Export and Import
+// restore both, byte for byte, and a second export is the first one.
+func FuzzExportKeys(f *testing.F) {
+	f.Add("a.test", "b.test")
+	f.Add("\xff", "\ufffd")
+	f.Add("\xed\xa0\x80", "x\x00y")
+	f.Add("\"key64\"", "\\u0000")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if a == "" || b == "" || a == b || len(a)+len(b) > 4096 {
+			t.Skip()
+		}
+		m := newManager(t, exportConfig())
+		learnOn(t, m, a)
+		learnOn(t, m, b)
+		want := learnedKeys(m)
+		var buf bytes.Buffer
+		if err := m.Export(&buf); err != nil {
+			t.Fatal(err)
+		}
+		m2 := newManager(t, exportConfig())
+		n, err := m2.Import(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatalf("import of an export: %v\n%s", err, buf.String())
+		}
+		if got := learnedKeys(m2); n != len(want) || !maps.Equal(got, want) {
+			t.Fatalf("imported %d scopes %q, exported %q", n, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
+		var again bytes.Buffer
+		if err := m2.Export(&again); err != nil {
+			t.Fatal(err)
+		}
+		if stripExported(again.String()) != stripExported(buf.String()) {
+			t.Fatalf("second export differs:\n%s\n%s", buf.String(), again.String())
+		}
+	})
+}
+
+// TestImportAllOrNothingScopeConfig (issue 22 item 6): a scope whose
+// configuration ScopeConfigFunc gets wrong fails the whole Import before
+// any scope is touched, the scopes the table holds already included.
+func TestImportAllOrNothingScopeConfig(t *testing.T) {
+	src := newManager(t, exportConfig())
+	for _, k := range []string{"a.test", "b.test", "c.test"} {
+		learnOn(t, src, k)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, src.Export(&buf))
+
+	cfg := exportConfig()
+	cfg.ScopeConfigFunc = func(key string, def ScopeConfig) (ScopeConfig, bool) {
+		if key == "b.test" {
+			def.Delay = -time.Second // invalid
+			return def, true
+		}
+		return def, false
+	}
+	m := newManager(t, cfg)
+	m.mustScope(t, "c.test") // a scope the table holds, cold
+	n, err := m.Import(bytes.NewReader(buf.Bytes()))
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce, "the scope configuration's error, not the file's")
+	require.NotErrorIs(t, err, ErrImport)
+	require.Contains(t, err.Error(), `"b.test"`)
+	require.Zero(t, n)
+	require.Equal(t, 1, m.Len(), "no scope made")
+	require.Empty(t, learnedKeys(m), "no state applied")
+}
+
+// TestImportNeverLosesScopesQuietly: a file with more scopes than
+// MaxScopes is refused whole; one that fits the cap but that the table's
+// eviction still trims (the cap holds per shard) says how many scopes it
+// kept and how many it lost, and the count is the scopes that hold their
+// state.
+func TestImportNeverLosesScopesQuietly(t *testing.T) {
+	src := newManager(t, exportConfig())
+	for i := range 1000 {
+		learnOn(t, src, fmt.Sprintf("h%d.test", i))
+	}
+	var buf bytes.Buffer
+	require.NoError(t, src.Export(&buf))
+
+	cfg := exportConfig()
+	cfg.MaxScopes = 999
+	m := newManager(t, cfg)
+	n, err := m.Import(bytes.NewReader(buf.Bytes()))
+	require.ErrorIs(t, err, ErrImport)
+	require.ErrorContains(t, err, "MaxScopes")
+	require.Zero(t, n)
+	require.Zero(t, m.Len())
+
+	cfg.MaxScopes = 1000
+	m = newManager(t, cfg)
+	n, err = m.Import(bytes.NewReader(buf.Bytes()))
+	kept := len(learnedKeys(m))
+	require.Equal(t, kept, n, "the count is the scopes that hold their state")
+	if kept < 1000 {
+		require.ErrorIs(t, err, ErrImport)
+		require.ErrorContains(t, err, fmt.Sprintf("%d of 1000 scopes forgotten", 1000-kept))
+	} else {
+		require.NoError(t, err)
+	}
+	t.Logf("MaxScopes 1000, 1000 scopes imported: %d kept", kept)
+
+	cfg.MaxScopes = 4000
+	m = newManager(t, cfg)
+	n, err = m.Import(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.Equal(t, 1000, n)
+	require.Len(t, learnedKeys(m), 1000)
 }
