@@ -484,6 +484,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			return nil, &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: ctx.Err()}
 		case <-w.wake:
 		case <-timerC:
+			m.timerFired(adm.At)
 		}
 		m.beforeAdmitNow()
 		lockAll(hs)
