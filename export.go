@@ -122,11 +122,14 @@ func (s *defaultScope) learnedAnything() bool {
 //
 // The whole file is read and checked first, and nothing is applied when
 // any check fails: a corrupt, truncated or too large file (over 256 MiB,
-// about a million scopes), one of another format or of a newer version,
-// any invalid record, or more scopes than Config.MaxScopes holds, is
-// refused with an error wrapping ErrImport; a scope whose configuration
-// this manager cannot make (Config.ScopeConfigFunc returns an invalid
-// one) with that *ConfigError. MaxScopes bounds each of the scope table's
+// or over 2^20 scopes), one of another format or of a newer version, any
+// invalid record, a time more than a day ahead of the manager's clock, or
+// more scopes than Config.MaxScopes, is refused with an error wrapping
+// ErrImport; a scope whose configuration this manager cannot make
+// (Config.ScopeConfigFunc returns an invalid one) with that *ConfigError.
+// A file written by a machine whose clock ran ahead of this one's (by
+// less than a day) has its times moved back together until none lies
+// ahead, so no window waits for the other clock's time. MaxScopes bounds each of the scope table's
 // 64 shards to a 64th of it, so a file that nearly fills it may still
 // overflow a shard, whose eviction then forgets scopes just restored:
 // Import then returns how many scopes kept their state and an error
@@ -135,12 +138,16 @@ func (s *defaultScope) learnedAnything() bool {
 // With a Store, learned state lives in the store: Import restores this
 // manager's copy, which its next releases write back.
 func (m *ThrottlingManager) Import(r io.Reader) (int, error) {
-	f, keys, err := readExport(r, m.clock.Now())
-	if err != nil {
-		return 0, err
+	limit := maxImportScopes
+	if m.cfg.MaxScopes > 0 {
+		limit = min(limit, m.cfg.MaxScopes)
 	}
-	if limit := m.cfg.MaxScopes; limit > 0 && len(keys) > limit {
-		return 0, fmt.Errorf("%w: %d scopes, more than MaxScopes (%d) holds", ErrImport, len(keys), limit)
+	f, keys, err := readExport(r, m.clock.Now(), maxImportSize, limit)
+	if err != nil {
+		if limit == m.cfg.MaxScopes && errors.Is(err, errTooManyScopes) {
+			err = fmt.Errorf("%w (MaxScopes)", err)
+		}
+		return 0, err
 	}
 	now := m.clock.Now()
 	// Every scope's configuration before any scope is made: a scope the
@@ -212,52 +219,165 @@ func (m *ThrottlingManager) Import(r io.Reader) (int, error) {
 	return n, nil
 }
 
-// readExport reads and checks a file Export wrote, at now: it returns the
-// file and its records' keys, or an error wrapping ErrImport.
-func readExport(r io.Reader, now time.Time) (*exportFile, []string, error) {
-	lr := &io.LimitedReader{R: r, N: maxImportSize + 1}
+// errTooManyScopes is wrapped by the error about a file with more records
+// than Import reads.
+var errTooManyScopes = errors.New("more scopes than")
+
+// maxImportScopes bounds the records Import reads, whatever MaxScopes:
+// a record takes a few hundred bytes of memory once read, however few
+// bytes of the file it took.
+const maxImportScopes = 1 << 20
+
+// readExport reads and checks a file Export wrote, of at most limit bytes
+// and maxScopes records, at now: it returns the file and its records'
+// keys, or an error wrapping ErrImport. It reads the records one at a
+// time, each checked as it comes, so a file is refused at its first bad
+// record, and what it holds in memory is what the records take.
+func readExport(r io.Reader, now time.Time, limit int64, maxScopes int) (*exportFile, []string, error) {
+	lr := &io.LimitedReader{R: r, N: limit + 1}
 	dec := json.NewDecoder(lr)
 	dec.DisallowUnknownFields()
-	var f exportFile
-	if err := dec.Decode(&f); err != nil {
+	fail := func(err error) error {
 		if lr.N <= 0 {
-			return nil, nil, fmt.Errorf("%w: larger than %d bytes", ErrImport, maxImportSize)
+			return fmt.Errorf("%w: larger than %d bytes", ErrImport, limit)
 		}
-		return nil, nil, fmt.Errorf("%w: %v", ErrImport, err)
+		return fmt.Errorf("%w: %v", ErrImport, err)
 	}
-	if dec.More() {
+	f := &exportFile{}
+	var keys []string
+	read := map[string]bool{}
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, nil, fail(err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, fail(err)
+		}
+		name, _ := tok.(string)
+		if read[name] {
+			return nil, nil, fail(fmt.Errorf("field %q twice", name))
+		}
+		read[name] = true
+		switch name {
+		case "format":
+			err = dec.Decode(&f.Format)
+		case "version":
+			err = dec.Decode(&f.Version)
+		case "exported":
+			err = dec.Decode(&f.Exported)
+		case "scopes":
+			if read["format"] && read["version"] {
+				// What Export writes: a file of a newer version or
+				// another format says so before its records are read.
+				if err := f.checkHeader(); err != nil {
+					return nil, nil, err
+				}
+			}
+			if keys, err = f.readScopes(dec, now, maxScopes); err != nil {
+				if errors.Is(err, ErrImport) {
+					return nil, nil, err
+				}
+				return nil, nil, fail(err)
+			}
+		default:
+			err = fmt.Errorf("unknown field %q", name)
+		}
+		if err != nil {
+			return nil, nil, fail(err)
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, nil, fail(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if lr.N <= 0 {
+			return nil, nil, fail(err)
+		}
 		return nil, nil, fmt.Errorf("%w: data after the JSON document", ErrImport)
 	}
+	if err := f.checkHeader(); err != nil {
+		return nil, nil, err
+	}
+	var latest int64
+	for i := range f.Scopes {
+		latest = max(latest, f.Scopes[i].State.latest())
+	}
+	if ahead := latest - now.UnixNano(); ahead > 0 {
+		// The file's clock ran ahead of ours: a window or step in the
+		// future would hold its policy back until then (a backoff that
+		// does not recover for a day). Its times go back together, by
+		// as much as the latest lies ahead.
+		for i := range f.Scopes {
+			f.Scopes[i].State.shift(ahead)
+		}
+	}
+	return f, keys, nil
+}
+
+// checkHeader checks the file's format and version.
+func (f *exportFile) checkHeader() error {
 	switch {
 	case f.Format != exportFormat:
-		return nil, nil, fmt.Errorf("%w: format %q, want %q", ErrImport, f.Format, exportFormat)
+		return fmt.Errorf("%w: format %q, want %q", ErrImport, f.Format, exportFormat)
 	case f.Version > exportVersion:
-		return nil, nil, fmt.Errorf("%w: version %d is newer than this library reads (%d)", ErrImport, f.Version, exportVersion)
+		return fmt.Errorf("%w: version %d is newer than this library reads (%d)", ErrImport, f.Version, exportVersion)
 	case f.Version < 1:
-		return nil, nil, fmt.Errorf("%w: version %d", ErrImport, f.Version)
+		return fmt.Errorf("%w: version %d", ErrImport, f.Version)
 	}
-	keys := make([]string, len(f.Scopes))
-	seen := make(map[string]bool, len(f.Scopes))
-	for i := range f.Scopes {
-		sc := &f.Scopes[i]
+	return nil
+}
+
+// readScopes reads the records of the scopes array into f, at most
+// maxScopes, checking each, and returns their keys.
+func (f *exportFile) readScopes(dec *json.Decoder, now time.Time, maxScopes int) ([]string, error) {
+	tok, err := dec.Token()
+	if err != nil || tok == nil { // null: no scopes
+		return nil, err
+	}
+	if tok != json.Delim('[') {
+		return nil, fmt.Errorf("scopes: %v, want an array", tok)
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for dec.More() {
+		if len(f.Scopes) == maxScopes {
+			return nil, fmt.Errorf("%w: %w %d", ErrImport, errTooManyScopes, maxScopes)
+		}
+		var sc exportScope
+		if err := dec.Decode(&sc); err != nil {
+			return nil, err
+		}
 		k, err := sc.key()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: scope %d: %v", ErrImport, i, err)
+			return nil, fmt.Errorf("%w: scope %d: %v", ErrImport, len(keys), err)
 		}
 		if seen[k] {
-			return nil, nil, fmt.Errorf("%w: scope %q twice", ErrImport, k)
+			return nil, fmt.Errorf("%w: scope %q twice", ErrImport, k)
 		}
-		seen[k], keys[i] = true, k
 		if err := sc.State.check(); err != nil {
-			return nil, nil, fmt.Errorf("%w: scope %q: %v", ErrImport, k, err)
+			return nil, fmt.Errorf("%w: scope %q: %v", ErrImport, k, err)
 		}
-		if t := sc.State.latest(); t > now.Add(maxImportSkew).UnixNano() {
-			// A window or step in the future would hold the policy
-			// back until then (a backoff ignoring signals for years).
-			return nil, nil, fmt.Errorf("%w: scope %q: times after %v", ErrImport, k, now.Add(maxImportSkew))
+		if sc.State.latest() > now.Add(maxImportSkew).UnixNano() {
+			return nil, fmt.Errorf("%w: scope %q: times after %v", ErrImport, k, now.Add(maxImportSkew))
 		}
+		seen[k] = true
+		keys = append(keys, k)
+		f.Scopes = append(f.Scopes, sc)
 	}
-	return &f, keys, nil
+	return keys, expectDelim(dec, ']')
+}
+
+// expectDelim reads the next token of dec, which must be d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("%v, want %v", tok, d)
+	}
+	return nil
 }
 
 // hasScope reports whether the scope table holds key.

@@ -188,6 +188,28 @@ func (st *learnedState) latest() int64 {
 	return t
 }
 
+// shift moves every time in st back by d nanoseconds (0, the zero time,
+// stays 0).
+func (st *learnedState) shift(d int64) {
+	for _, t := range st.times() {
+		if *t != 0 {
+			*t -= d
+		}
+	}
+}
+
+// times returns pointers to every time in st.
+func (st *learnedState) times() []*int64 {
+	var ts []*int64
+	if b := st.Back; b != nil {
+		ts = append(ts, &b.LastStep, &b.Win)
+	}
+	if r := st.Ramp; r != nil {
+		ts = append(ts, &r.Changed, &r.PausedAt, &r.Released, &r.Cycle, &r.RFirst, &r.RLast, &r.Win, &r.GateEnd)
+	}
+	return ts
+}
+
 // importLearned replaces the scope's learned state with st's parts that
 // its configuration uses, then reapplies the configuration's bounds.
 func (s *defaultScope) importLearned(st *learnedState) error {
@@ -204,7 +226,10 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: r.Lat, changed: fromUnixNano(r.Changed),
+		// A latency above MaxDelay, the longest wait any policy sets,
+		// would cap the rate below one start per MaxDelay for as many
+		// responses as its average takes to come down.
+		s.rampup = &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), changed: fromUnixNano(r.Changed),
 			settled: r.Settled, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), noOutage: r.NoOutage, dead: r.Dead,
 			released: fromUnixNano(r.Released), cycle: fromUnixNano(r.Cycle), cycleOK: r.CycleOK, run: min(r.Run, outageRun),
 			dip: r.Dip, stated: r.Stated, memory: min(max(r.Memory, 0), rampupMaxMemory), run429: r.Run429, climb: r.Climb, span: max(r.Span, 0),
