@@ -37,7 +37,9 @@
 // the warnings at New, or on the call that found them. Events come from
 // many goroutines, so a hook may run on several at once and must be safe
 // for concurrent use. A hook must be quick, as its caller waits for it; it
-// may call the manager (Stats, for one).
+// may call the manager (Stats, for one). The Admitted hook runs while its
+// caller holds the new permit: an Acquire from it may wait for that
+// permit's own slot, which is never freed while the hook waits.
 //
 // A release calls, in this order: DelayChanged, Backoff and GateSet for
 // each scope of the permit whose policy changed (with a Store as without),
