@@ -129,11 +129,13 @@ func (s *defaultScope) learnedAnything() bool {
 // (Config.ScopeConfigFunc returns an invalid one) with that *ConfigError.
 // A file written by a machine whose clock ran ahead of this one's (by
 // less than a day) has its times moved back together until none lies
-// ahead, so no window waits for the other clock's time. MaxScopes bounds each of the scope table's
-// 64 shards to a 64th of it, so a file that nearly fills it may still
-// overflow a shard, whose eviction then forgets scopes just restored:
-// Import then returns how many scopes kept their state and an error
-// wrapping ErrImport that says how many were lost.
+// ahead, so no window waits for the other clock's time.
+//
+// MaxScopes bounds each of the scope table's 64 shards to a 64th of it,
+// so a file that nearly fills it may still overflow a shard, whose
+// eviction then forgets scopes just restored: Import then returns how
+// many scopes kept their state and an error wrapping ErrImport that says
+// how many were lost.
 //
 // With a Store, learned state lives in the store: Import restores this
 // manager's copy, which its next releases write back.
