@@ -484,10 +484,26 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 			return nil, &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: ctx.Err()}
 		case <-w.wake:
 		case <-timerC:
+			m.timerFired(adm.At)
 		}
-		m.beforeAdmitNow()
+		if len(m.obs.beforeAdmit) > 0 {
+			m.beforeAdmitWaiting(w, hs)
+		}
 		lockAll(hs)
 		now = m.clock.Now() // with the scopes locked, as above
+	}
+}
+
+// beforeAdmitWaiting is beforeAdmit for the waiter w, queued in hs: if a
+// subscriber panics (a hook MaxHold's reclaim calls), w leaves the queues
+// before the panic goes on to its caller, so no one waits behind it.
+func (m *ThrottlingManager) beforeAdmitWaiting(w *waiter, hs []held) {
+	if v, panicked := protect(func() { m.beforeAdmit(m.clock.Now()) }); panicked {
+		lockAll(hs)
+		m.global.leave(w)
+		m.dequeue(w, hs)
+		unlockAll(hs)
+		panic(v)
 	}
 }
 

@@ -17,12 +17,20 @@ import (
 // Now should be monotonic: never earlier than a time it returned before (a
 // wall clock set back, or stepped back by NTP, is not). When a custom
 // Clock's Now goes back, the manager carries on from the latest time it
-// read and adds the jump to every later reading: the times it hands its
-// policies, and gives out (Permit.Acquired, Admission.At, its own Clock),
-// never go back, and go on at the Clock's pace, ahead of the Clock by the
-// sum of its backward jumps. Otherwise a Clock set back an hour would hold
-// the next start of every scope for an hour. Timers take durations, so
-// they are not affected.
+// knows of and adds the jump to every later reading: the times it hands
+// its policies, and gives out (Permit.Acquired, Admission.At, its own
+// Clock), never go back, and go on at the Clock's pace, ahead of the
+// Clock by the sum of its backward jumps. The latest time it knows of is
+// the latest it read, or the time a timer it armed was due when that
+// timer fires: so a caller waiting through the jump waits what it had
+// left, not that again. Otherwise a Clock set back an hour would hold the
+// next start of every scope for an hour. No wait is longer than its
+// rule's for a Clock going back, whatever the jump.
+//
+// Timers take durations, and must fire when their duration has passed,
+// whatever Now does meanwhile, as a time.Timer does (it runs on the
+// monotonic clock). throttletest's fake Clock, set back, keeps its
+// pending timers' durations so.
 //
 // A Clock must be safe for concurrent use: the manager calls it from many
 // goroutines at once.
@@ -115,6 +123,28 @@ func (c *monotonicClock) Now() time.Time {
 	}
 	c.read, c.last = true, t
 	return t
+}
+
+// notBefore tells c that its time is at least t: a timer the manager armed
+// for t (Timers take durations, so they fire when the time they were
+// given has passed, whatever Now did meanwhile) has fired. A Clock set
+// back while nothing read it would otherwise lose the time that passed
+// between the last reading and the jump, and a caller waiting through
+// the jump would wait that long again.
+func (c *monotonicClock) notBefore(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.read || t.After(c.last) {
+		c.read, c.last = true, t
+	}
+}
+
+// timerFired tells the manager's clock that a timer armUntil armed for at
+// has fired: its time is at least at.
+func (m *ThrottlingManager) timerFired(at time.Time) {
+	if c, ok := m.clock.(*monotonicClock); ok {
+		c.notBefore(at)
+	}
 }
 
 // addSaturating returns a+b for b >= 0, at most math.MaxInt64.

@@ -38,12 +38,50 @@ func (m *ThrottlingManager) hookAdmitted(p *Permit, called time.Time) {
 }
 
 // hookReleased calls the hooks of a release: the policy hooks with ev,
-// then Released.
+// then Released. A hook that panics keeps none of the others from its
+// event: they run, then the first panic goes on.
 func (m *ThrottlingManager) hookReleased(p *Permit, fb Feedback, ev hookEvents) {
-	m.fire(&ev)
+	var ps panics
+	m.fire(&ev, &ps)
 	if h := m.cfg.Hooks.Released; h != nil {
-		h(hooks.Released{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
+		ps.call(func() {
+			h(hooks.Released{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
+		})
 	}
+	ps.raise()
+}
+
+// panics runs calls that must all run whichever of them panics, and keeps
+// the first panic to raise once they have. The zero value has seen none.
+type panics struct {
+	v      any
+	failed bool
+}
+
+// call calls f, keeping its panic if it is the first.
+func (ps *panics) call(f func()) {
+	if v, panicked := protect(f); panicked && !ps.failed {
+		ps.v, ps.failed = v, true
+	}
+}
+
+// raise panics with the first panic kept, if any.
+func (ps *panics) raise() {
+	if ps.failed {
+		panic(ps.v)
+	}
+}
+
+// protect calls f and returns its panic's value, if it panicked.
+func protect(f func()) (v any, panicked bool) {
+	defer func() {
+		if panicked {
+			v = recover()
+		}
+	}()
+	panicked = true
+	f()
+	return nil, false
 }
 
 // policySnap is what the release hooks compare before and after Finish.
@@ -92,21 +130,22 @@ func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal,
 	}
 }
 
-func (m *ThrottlingManager) fire(ev *hookEvents) {
+// fire calls the policy hooks with ev's events, each through ps.
+func (m *ThrottlingManager) fire(ev *hookEvents, ps *panics) {
 	h := &m.cfg.Hooks
 	for _, e := range ev.delays {
 		if h.DelayChanged != nil {
-			h.DelayChanged(e)
+			ps.call(func() { h.DelayChanged(e) })
 		}
 	}
 	for _, e := range ev.backoff {
 		if h.Backoff != nil {
-			h.Backoff(e)
+			ps.call(func() { h.Backoff(e) })
 		}
 	}
 	for _, e := range ev.gates {
 		if h.GateSet != nil {
-			h.GateSet(e)
+			ps.call(func() { h.GateSet(e) })
 		}
 	}
 }

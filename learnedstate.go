@@ -175,13 +175,33 @@ func (st *learnedState) check() error {
 // latest returns the latest time in st, in Unix nanoseconds (0: none).
 func (st *learnedState) latest() int64 {
 	var t int64
-	if b := st.Back; b != nil {
-		t = max(t, b.LastStep, b.Win)
-	}
-	if r := st.Ramp; r != nil {
-		t = max(t, r.Changed, r.Cut, r.Rise, r.GAt, r.First, r.AccAt, r.ProbeAt, r.PausedAt, r.DrainAt, r.RFirst, r.RLast)
+	for _, p := range st.times() {
+		t = max(t, *p)
 	}
 	return t
+}
+
+// shift moves every time in st back by d nanoseconds (0, the zero time,
+// stays 0).
+func (st *learnedState) shift(d int64) {
+	for _, t := range st.times() {
+		if *t != 0 {
+			*t -= d
+		}
+	}
+}
+
+// times returns pointers to every time in st.
+func (st *learnedState) times() []*int64 {
+	var ts []*int64
+	if b := st.Back; b != nil {
+		ts = append(ts, &b.LastStep, &b.Win)
+	}
+	if r := st.Ramp; r != nil {
+		ts = append(ts, &r.Changed, &r.Cut, &r.Rise, &r.GAt, &r.First, &r.AccAt, &r.ProbeAt, &r.PausedAt,
+			&r.DrainAt, &r.RFirst, &r.RLast, &r.LastNo, &r.HintAt)
+	}
+	return ts
 }
 
 // importLearned replaces the scope's learned state with st's parts that
@@ -200,7 +220,10 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
 	}
 	if r := st.Ramp; r != nil {
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: r.Lat, step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
+		// A latency above MaxDelay, the longest wait any policy sets,
+		// would cap the rate below one start per MaxDelay for as many
+		// responses as its average takes to come down.
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt)}
 		rr.bound()
 		s.rampup = rr
 	}

@@ -96,7 +96,9 @@ func (m *ThrottlingManager) holdDeadline() time.Time {
 }
 
 // reclaim releases, as timeouts, the permits held longer than MaxHold at
-// now, and warns once. Called with no lock held.
+// now, and warns once. Called with no lock held. A hook that panics in a
+// release (Released) or in the warning keeps no permit from being
+// released: they all are, then the first panic goes on.
 func (m *ThrottlingManager) reclaim(now time.Time) {
 	o := m.holds.oldest.Load()
 	if o == 0 || time.Duration(now.UnixNano()-o) < m.cfg.MaxHold {
@@ -114,12 +116,18 @@ func (m *ThrottlingManager) reclaim(now time.Time) {
 		p = next
 	}
 	h.mu.Unlock()
+	var ps panics
 	for _, p := range due {
-		fb := Feedback{Err: ErrHeldTooLong, Timeout: true, Backoff: true, Latency: m.cfg.MaxHold}
-		m.release(p, now, &fb)
-		if !m.warnedHold.Swap(true) {
+		ps.call(func() {
+			fb := Feedback{Err: ErrHeldTooLong, Timeout: true, Backoff: true, Latency: m.cfg.MaxHold}
+			m.release(p, now, &fb)
+		})
+	}
+	if len(due) > 0 && !m.warnedHold.Swap(true) {
+		ps.call(func() {
 			m.warn(fmt.Sprintf("throttle: a permit was held longer than MaxHold (%v) and its slots were reclaimed; "+
 				"a response body that never ends holds a slot until the caller closes it", m.cfg.MaxHold), "")
-		}
+		})
 	}
+	ps.raise()
 }

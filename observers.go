@@ -92,13 +92,15 @@ type releasedSub struct {
 }
 
 // The order in which afterRelease's subscribers hear of a release,
-// whenever they subscribe: the hooks, then the warnings (the Warning
-// hook's events come after the release's own), then the ReadyQueues, in
-// the order they were made, then the series.
+// whenever they subscribe: the ReadyQueues, in the order they were made
+// (a Pop waiting for the freed slot gets it at once, as a caller of
+// Acquire does, not after a user's hook), then the hooks, then the
+// warnings (the Warning hook's events come after the release's own),
+// then the series.
 const (
-	rankHooks = iota
+	rankQueues = iota
+	rankHooks
 	rankWarnings
-	rankQueues
 	rankSeries
 )
 
@@ -132,14 +134,6 @@ func (o *observers) subscribe(m *ThrottlingManager) {
 func (m *ThrottlingManager) beforeAdmit(now time.Time) {
 	for _, f := range m.obs.beforeAdmit {
 		f(now)
-	}
-}
-
-// beforeAdmitNow is beforeAdmit at the clock's time, read only when it
-// has subscribers.
-func (m *ThrottlingManager) beforeAdmitNow() {
-	if len(m.obs.beforeAdmit) > 0 {
-		m.beforeAdmit(m.clock.Now())
 	}
 }
 

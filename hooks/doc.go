@@ -37,16 +37,21 @@
 // the warnings at New, or on the call that found them. Events come from
 // many goroutines, so a hook may run on several at once and must be safe
 // for concurrent use. A hook must be quick, as its caller waits for it; it
-// may call the manager (Stats, for one).
+// may call the manager (Stats, for one). The Admitted hook runs while its
+// caller holds the new permit: an Acquire from it may wait for that
+// permit's own slot, which is never freed while the hook waits.
 //
 // A release calls, in this order: DelayChanged, Backoff and GateSet for
 // each scope of the permit whose policy changed (with a Store as without),
-// then Released, then Warning for a warning the release found. A hook
-// that panics leaves no lock held and no slot taken, and the panic
+// then Released, then Warning for a warning the release found. A
+// ReadyQueue waiting for the freed slot hears of the release before the
+// hooks, so a slow hook holds up only its own caller. A hook that panics
+// leaves no lock held, no slot taken and no caller queued, and the panic
 // reaches the goroutine that caused the event; a panic in a release's
-// hook does so after the release has reached the rest (a ReadyQueue
-// waiting for the slot hears of it), and a panic in Admitted gives the
-// permit back first, so its caller never gets it.
+// hook does so after the release's other hooks have had their events
+// (and after every permit that MaxHold reclaims at once is released), and
+// a panic in Admitted gives the permit back first, so its caller never
+// gets it.
 //
 // # robots.txt
 //

@@ -49,9 +49,22 @@ func (c *Clock) NewTimer(d time.Duration) throttle.Timer {
 
 // Advance moves the clock forward by d, firing the timers due on the way in
 // order of their time; each timer's channel receives its own time.
+//
+// A negative d sets the clock back, as a wall clock is set back or
+// stepped back by NTP: the pending timers keep the time they have left,
+// as a time.Timer does (it runs on the monotonic clock), so each fires
+// when the clock has moved forward by that much again.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if d < 0 {
+		for _, t := range c.timers { // all move alike: the heap's order holds
+			t.when = t.when.Add(d)
+		}
+		c.now = c.now.Add(d)
+		c.cond.Broadcast()
+		return
+	}
 	c.advanceTo(c.now.Add(d))
 }
 

@@ -98,3 +98,35 @@ func TestResponse(t *testing.T) {
 	assert.Same(t, req, resp.Request)
 	assert.EqualValues(t, 9, resp.ContentLength)
 }
+
+// TestClockSetBackKeepsTimers: Advance with a negative d sets the clock
+// back; pending timers keep the time they had left, as a time.Timer does
+// when the wall clock is set back.
+func TestClockSetBackKeepsTimers(t *testing.T) {
+	c := NewClock(t0)
+	a, b := c.NewTimer(2*time.Second), c.NewTimer(time.Second)
+	c.Advance(-time.Hour)
+	assert.Equal(t, t0.Add(-time.Hour), c.Now())
+	next, ok := c.Next()
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(-time.Hour+time.Second), next, "1 s left, as before")
+	fired := func(tm throttle.Timer) (time.Time, bool) {
+		select {
+		case v := <-tm.C():
+			return v, true
+		default:
+			return time.Time{}, false
+		}
+	}
+	c.Advance(time.Second)
+	v, ok := fired(b)
+	require.True(t, ok, "the 1 s timer fires 1 s after the jump")
+	assert.Equal(t, t0.Add(-time.Hour+time.Second), v)
+	_, ok = fired(a)
+	require.False(t, ok, "fired early")
+	c.Advance(time.Second)
+	v, ok = fired(a)
+	require.True(t, ok, "the 2 s timer fires 2 s after the jump")
+	assert.Equal(t, t0.Add(-time.Hour+2*time.Second), v)
+	assert.Zero(t, c.Timers())
+}

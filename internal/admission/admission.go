@@ -63,7 +63,12 @@ type Limits struct {
 // slot is taken (a release frees one); else the latest of the gap since
 // the previous start (l.GapWhy), the slot delay, the gate and the quota
 // window's end, and its rule.
+//
+// A now before a start the state recorded means its clock went back: the
+// state's times go back with it (see rebase), so no wait is longer than
+// the rule's own.
 func (a *State) Check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
+	a.rebase(now)
 	if a.InFlight >= l.Conc {
 		return time.Time{}, Concurrency
 	}
@@ -133,6 +138,7 @@ func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota 
 // caller records the rest (the default scope's startRobots). It returns
 // what Start returns.
 func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	a.rebase(now)
 	a.InFlight++
 	slotIndex = -1
 	if slotDelay > 0 {
@@ -148,6 +154,43 @@ func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duratio
 		window = a.Quota.add(now, w, cost)
 	}
 	return slotIndex, window
+}
+
+// rebase moves the state's times back by as much as now lies before the
+// latest start it recorded: a start is recorded at the time it came, so
+// one in the future means the clock went back (at least that far). The
+// gap, the slot delays and the quota window then count from where the
+// starts were before the jump, so none holds a start longer than its own
+// wait; the gate keeps the time it had left, plus at most the time from
+// the latest start to the jump (a smaller jump, which leaves now after
+// the latest start, is not seen: it holds the gate at most that much
+// longer too). Knowing the jump exactly would take a field of its own in
+// every scope's state, and a clock reading the state is not given.
+func (a *State) rebase(now time.Time) {
+	// The window's start is a time the state saw too: a robots.txt fetch
+	// counts in the window alone, and Roll moves it up to a now.
+	if !(a.Started && now.Before(a.LastStart)) && !(a.Quota.Set && now.Before(a.Quota.start)) {
+		return
+	}
+	latest := a.Quota.start
+	if a.Started && (!a.Quota.Set || a.LastStart.After(latest)) {
+		latest = a.LastStart
+	}
+	back := latest.Sub(now)
+	if a.Started {
+		a.LastStart = a.LastStart.Add(-back)
+	}
+	for i := range a.slots {
+		if sl := &a.slots[i]; !sl.last.IsZero() {
+			sl.last = sl.last.Add(-back)
+		}
+	}
+	if !a.Gate.IsZero() {
+		a.Gate = a.Gate.Add(-back)
+	}
+	if a.Quota.Set {
+		a.Quota.start = a.Quota.start.Add(-back)
+	}
 }
 
 // Finish ends a start that took slotIndex.
