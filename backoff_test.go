@@ -19,9 +19,10 @@ import (
 
 // policy drives one default ScopeManager in explicit time.
 type policy struct {
-	t   *testing.T
-	s   *defaultScope
-	now time.Time
+	t    *testing.T
+	s    *defaultScope
+	now  time.Time
+	next time.Time // paced: the next start
 }
 
 func newPolicy(t *testing.T, cfg ScopeConfig) *policy {
@@ -40,6 +41,12 @@ func (p *policy) request(lat time.Duration, fb Feedback) {
 func (p *policy) delay() time.Duration { d, _ := p.s.delay(); return d }
 
 func (p *policy) advance(d time.Duration) { p.now = p.now.Add(d); p.s.tick(p.now) }
+
+// quietWindow sends a request and lets a window pass without signals.
+func (p *policy) quietWindow() {
+	p.request(10*ms, ok)
+	p.advance(p.s.cfg.Window)
+}
 
 var (
 	ok      = Feedback{Status: 200}

@@ -45,7 +45,7 @@ package throttle
 //     counter full: what the server accepted from the end of the last
 //     drain to the end of this one, over that time, is the most it
 //     allows; G and B go 2 % under and over it, if that is lower, and
-//     climbs are held for that cycle at least.
+//     climbs are held for two cycles at least.
 //  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
 //     not a rate: what its first failures did is undone, backoff
 //     probes, and the first success resumes at G.
@@ -146,8 +146,8 @@ const (
 	// rampupMaxStep caps a climb's step: doubling.
 	rampupMaxStep = 1.0
 	// rampupMaxMemory caps the proof time and the server's waits a round
-	// spans: a minute.
-	rampupMaxMemory = time.Minute
+	// spans: two minutes, two windows of a quota per minute (rule 5).
+	rampupMaxMemory = 2 * time.Minute
 	// rampupCycleMin is the least time a drain refuses everything, past
 	// the server's gates, for rule 5 to bound G: a second, so a bucket
 	// refilling is not a quota.
@@ -592,9 +592,10 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 		// counter full): what it accepted from the end of the last
 		// drain to the end of this one, over that time, is the most it
 		// allows: G and B are that rate over the longest and the
-		// shortest the cycle can have been. The server remembers for
-		// that long: climbs are held as long.
-		r.memory = max(r.memory, min(accept+dead, rampupMaxMemory))
+		// shortest the cycle can have been. A climb that starts within
+		// one of the quota's windows is first refused in the next:
+		// climbs are held for two cycles.
+		r.memory = max(r.memory, min(2*(accept+dead), rampupMaxMemory))
 		lo, hi := float64(n)/(accept+dead).Seconds(), float64(n)/(accept+deadLo).Seconds()
 		if lo < r.good {
 			r.bad = min(nonzero(r.bad, r.good), max(hi, lo*(1+rampupEpsilon)))
@@ -648,12 +649,12 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 	r.set(now, cfg, gc, r.climbTo())
 }
 
-// settled reports whether B is within 2 % above G: the search is over,
+// settled reports whether G is within 2 % under B: the search is over,
 // and G waits for the probe time (rule 2).
 func (r *rampup) settled() bool {
-	// (The factor of 1+1e-9 lets B = G x 1.02, as a probe makes it, be
-	// within 2 % despite rounding.)
-	return r.bad > r.good && r.good > 0 && r.bad <= r.good*(1+rampupEpsilon)*(1+1e-9)
+	// (The factor of 1+1e-9 lets G = B x 0.98 be within 2 % despite
+	// rounding.)
+	return r.bad > r.good && r.good > 0 && r.bad*(1-rampupEpsilon) <= r.good*(1+1e-9)
 }
 
 // climbTo is the rate of the next climb from G (rule 1): halfway to B on

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"container/heap"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -172,6 +173,7 @@ type answerer interface{ answer(time.Time) int }
 
 // scopeRun is what runScope recorded: each request's start and status.
 type scopeRun struct {
+	scope  *defaultScope
 	t0     time.Time
 	starts []time.Duration
 	status []int
@@ -220,6 +222,10 @@ func (h *scopeEvents) Pop() any {
 	return e
 }
 
+// runScopeLogger, when not nil, logs runScope's adjustments (a debug
+// aid: set it in a test to see a crawl's).
+var runScopeLogger *slog.Logger
+
 // runScope drives one default ScopeManager with cfg against srv, whose
 // answers take lat, with at most workers requests in flight, for d: a
 // crawl in explicit time, no goroutines, deterministic (jitter seeded).
@@ -227,9 +233,9 @@ func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, wo
 	t.Helper()
 	require.NoError(t, cfg.validate("test"))
 	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
-		Rand: rand.New(rand.NewPCG(1, 2))}).(*defaultScope)
+		Rand: rand.New(rand.NewPCG(1, 2)), Logger: runScopeLogger}).(*defaultScope)
 	now := time.Unix(1_000_000, 0)
-	run := &scopeRun{t0: now}
+	run := &scopeRun{t0: now, scope: s}
 	end := now.Add(d)
 	var evs scopeEvents
 	seq, inFlight := 0, 0
