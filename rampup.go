@@ -52,8 +52,8 @@ package throttle
 //  7. Stated. A server that states its limit as a policy (quota and
 //     window) is paced 2 % below it, and never above; refusals under it
 //     are followed as above. So is a limit over the time to its reset
-//     (X-RateLimit-*) when two answers name the same reset: a window's
-//     end. A reset that moves with each answer (a token bucket's time
+//     (X-RateLimit-*) when two answers a second apart name the same
+//     reset: a window's end. A reset that moves with each answer (a token bucket's time
 //     until full) makes the rate a hint: the slow start bisects towards
 //     it instead of doubling, and climbs past it as past any ceiling.
 //
@@ -183,8 +183,8 @@ const (
 	// first round would be paced by the slot, not the rate.
 	rampupFirstLatency = time.Second
 	// rampupSameReset is how close two resets are the same window's end:
-	// resets are whole seconds, and the answers' latency differs.
-	rampupSameReset = 1500 * time.Millisecond
+	// resets are whole seconds.
+	rampupSameReset = 500 * time.Millisecond
 	// rampupMaxRate bounds the rate (one start per microsecond).
 	rampupMaxRate = 1e6
 	// outageRun is how many 5xx in a row, with no success and no 429
@@ -217,18 +217,21 @@ type rampup struct {
 	rFirst, rLast time.Time
 	rOK, rSig     int
 
-	probeAt time.Time     // no climb from a settled G before it (rule 2)
-	fails   int           // climbs refused in a row
-	memory  time.Duration // the longest from a rise to the refusal it drew
-	wait    time.Duration // the server's last wait: rounds span it
-	stated  float64       // the lowest rate the server stated; 0: none
-	hintAt  time.Time     // the reset named with the last stated rate that is no policy
-	drain   bool          // rule 4: from a refusal event to the next success
-	drainAt time.Time     // when the drain began
-	lastNo  time.Time     // the latest start of a refused request
-	cost    int           // refusals since the last failed climb, until its drain ended
-	costing bool          // counting cost
-	probe   bool          // R is a probe of a settled G
+	probeAt  time.Time     // no climb from a settled G before it (rule 2)
+	fails    int           // climbs refused in a row
+	memory   time.Duration // the longest from a rise to the refusal it drew
+	wait     time.Duration // the server's last wait: rounds span it
+	stated   float64       // the lowest rate the server stated; 0: none
+	hintAt   time.Time     // the reset named with a stated rate that is no policy
+	hintSeen time.Time     // when
+	hint     float64       // the lowest such rate
+	windows  bool          // such resets are a window's end: the rate is stated
+	drain    bool          // rule 4: from a refusal event to the next success
+	drainAt  time.Time     // when the drain began
+	lastNo   time.Time     // the latest start of a refused request
+	cost     int           // refusals since the last failed climb, until its drain ended
+	costing  bool          // counting cost
+	probe    bool          // R is a probe of a settled G
 
 	first time.Time // the first answer, or the end of the last outage
 	accAt time.Time // the end of the last drain (first, before any)
@@ -395,13 +398,28 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 			r.lat += (ans.latency - r.lat) / 8
 		}
 	}
-	window := !ans.reset.IsZero() && !r.hintAt.IsZero() && absDuration(ans.reset.Sub(r.hintAt)) < rampupSameReset
-	if !ans.reset.IsZero() {
-		r.hintAt = ans.reset
+	// Two answers a second or more apart that name the same reset: the
+	// end of a window, not a time that moves with each request.
+	// Two answers a second or more apart that name the same reset: the
+	// end of a window, not a time that moves with each request; and
+	// from then on every such statement is the window's.
+	if !ans.reset.IsZero() && !r.windows {
+		r.windows = !r.hintAt.IsZero() && now.Sub(r.hintSeen) >= time.Second &&
+			absDuration(ans.reset.Sub(r.hintAt)) < rampupSameReset
+		if r.hintAt.IsZero() || now.Sub(r.hintSeen) >= time.Second {
+			r.hintAt, r.hintSeen = ans.reset, now
+		}
+		if s := ans.stated; s > 0 && (r.hint == 0 || s < r.hint) {
+			r.hint = s // the lowest seen: a reset is at most a window away
+		}
 	}
 	switch s := ans.stated; {
 	case s <= 0 || s >= rampupMaxRate:
-	case (ans.policy || window) && (r.stated == 0 || s < r.stated):
+	case !ans.policy && r.windows && (r.stated == 0 || min(s, r.hint) < r.stated):
+		s = min(s, r.hint)
+		r.hint = s
+		fallthrough
+	case ans.policy && (r.stated == 0 || s < r.stated):
 		r.stated, r.bad = s, s // rule 7: the ceiling is 2 % under it
 		r.setGood(now, s*(1-rampupEpsilon))
 		r.probeAt = now.Add(r.probeInterval(cfg))
