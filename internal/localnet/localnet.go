@@ -21,6 +21,7 @@ import (
 	"path"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 // inProcess is set by InProcess.
@@ -65,6 +66,24 @@ func InProcess(t testing.TB) {
 	t.Helper()
 	inProcess.Store(true)
 	t.Cleanup(func() { inProcess.Store(false) })
+}
+
+// Run runs f in fake time: after InProcess, inside a testing/synctest
+// bubble, with the bubble's test context. It returns what f returned and
+// fails t at once on f's error. The bubble also fails t when f leaves a
+// goroutine blocked behind it.
+func Run[R any](t *testing.T, f func(ctx context.Context) (R, error)) R {
+	t.Helper()
+	InProcess(t)
+	var (
+		res R
+		err error
+	)
+	synctest.Test(t, func(t *testing.T) { res, err = f(t.Context()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // Transport returns a RoundTripper that answers a request for a host that
