@@ -25,7 +25,9 @@
 //
 // With no arguments it reads the events from standard input. It exits 1
 // when anything failed or no test ran, 2 when it could not run the
-// command, else 0.
+// command, else 0. With TESTREPORT_JSON=file in its environment it also
+// writes the lines it read to file (go test -json's events, whose Elapsed
+// give each test's and each package's time).
 package main
 
 import (
@@ -63,11 +65,21 @@ func main() {
 	var (
 		failed bool
 		err    error
+		raw    io.Writer = io.Discard
 	)
+	if name := os.Getenv("TESTREPORT_JSON"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		raw = f
+	}
 	if args := os.Args[1:]; len(args) > 0 {
-		failed, err = runCommand(args, os.Stdout)
+		failed, err = runCommand(args, os.Stdout, raw)
 	} else {
-		failed, err = report(os.Stdin, os.Stdout, 0)
+		failed, err = report(io.TeeReader(os.Stdin, raw), os.Stdout, 0)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
@@ -79,9 +91,9 @@ func main() {
 }
 
 // runCommand runs args, reads its standard output and standard error as
-// one stream of events and writes the report to w; a nonzero exit of the
-// command is a failure even when no test failed.
-func runCommand(args []string, w io.Writer) (failed bool, err error) {
+// one stream of events (copied to raw) and writes the report to w; a
+// nonzero exit of the command is a failure even when no test failed.
+func runCommand(args []string, w, raw io.Writer) (failed bool, err error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -95,7 +107,7 @@ func runCommand(args []string, w io.Writer) (failed bool, err error) {
 	}
 	pw.Close() // the command holds its own copy
 	c := newCollector(w)
-	readErr := c.read(pr)
+	readErr := c.read(io.TeeReader(pr, raw))
 	pr.Close()
 	waitErr := cmd.Wait()
 	status := 0

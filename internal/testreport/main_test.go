@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,7 +212,8 @@ func TestCommandExitStatus(t *testing.T) {
 		t.Skip("no sh")
 	}
 	var out bytes.Buffer
-	failed, err := runCommand([]string{"sh", "-c", "cat testdata/pass.json; echo 'go: warning: \"./nothing/...\" matched no packages' >&2; exit 1"}, &out)
+	var raw bytes.Buffer
+	failed, err := runCommand([]string{"sh", "-c", "cat testdata/pass.json; echo 'go: warning: \"./nothing/...\" matched no packages' >&2; exit 1"}, &out, &raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,19 +221,22 @@ func TestCommandExitStatus(t *testing.T) {
 		t.Error("the command failed: want failed")
 	}
 	checkEnd(t, out.String(), "1 passed, 1 failed, 0 skipped")
+	if want := recorded(t, "pass.json"); !strings.HasPrefix(raw.String(), want) || !strings.Contains(raw.String(), "matched no packages") {
+		t.Errorf("the command's output, copied:\n%s", raw.String())
+	}
 	if want := "--- go test exited with status 1, with no failed test\n      go: warning: \"./nothing/...\" matched no packages\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, out.String())
 	}
 
 	out.Reset()
-	failed, err = runCommand([]string{"sh", "-c", "cat testdata/fail.json; exit 1"}, &out)
+	failed, err = runCommand([]string{"sh", "-c", "cat testdata/fail.json; exit 1"}, &out, io.Discard)
 	if err != nil || !failed {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	checkEnd(t, out.String(), "1 passed, 3 failed, 0 skipped")
 
 	out.Reset()
-	failed, err = runCommand([]string{"sh", "-c", "cat testdata/pass.json"}, &out)
+	failed, err = runCommand([]string{"sh", "-c", "cat testdata/pass.json"}, &out, io.Discard)
 	if err != nil || failed {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
