@@ -41,8 +41,8 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
-	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/hooks"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/status"
 )
 

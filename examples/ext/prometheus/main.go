@@ -49,8 +49,8 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
-	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/hooks"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
