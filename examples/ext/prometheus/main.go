@@ -231,11 +231,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%s %s\n", host, r.URL.Path)
 }
 
-// simulated reports whether host is one of the local sites.
-func simulated(host string) bool {
-	return slices.Contains(known, host) || strings.HasSuffix(host, ".farm.example")
-}
-
 // result is what the server answered, by host and status, to pages and to
 // robots.txt, and the metrics the hooks fed.
 type result struct {
@@ -251,7 +246,7 @@ func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http
 	srv := &server{pages: map[string]int{}, statuses: map[string]map[int]int{}, robots: map[string]map[int]int{}}
 	// A local server for the hosts (the known ones and the link farm's);
 	// the client dials it for them only.
-	base, stop := localnet.Serve(srv, "*.example")
+	base, stop := localnet.Serve(srv, append(slices.Clone(known), "*.farm.example")...)
 	defer stop()
 
 	x := newMetrics(reg, newScopeLabels(known...))
