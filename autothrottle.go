@@ -45,7 +45,7 @@ func (c AutoThrottleConfig) validate(prefix string) error {
 		return err
 	}
 	if c.TargetConcurrency <= 0 {
-		return &ConfigError{prefix + ".TargetConcurrency", "must be > 0"}
+		return &ConfigError{Field: prefix + ".TargetConcurrency", Reason: "must be > 0"}
 	}
 	return nil
 }

@@ -103,14 +103,14 @@ func (c BackoffConfig) validate(prefix string, delay time.Duration) error {
 	f := func(n string) string { return prefix + "." + n }
 	for _, st := range c.Statuses {
 		if st < 100 || st > 999 {
-			return &ConfigError{f("Statuses"), fmt.Sprintf("%d is not an HTTP status", st)}
+			return &ConfigError{Field: f("Statuses"), Reason: fmt.Sprintf("%d is not an HTTP status", st)}
 		}
 	}
 	if err := checkFloat(f("Factor"), c.Factor); err != nil {
 		return err
 	}
 	if c.Factor < 1 {
-		return &ConfigError{f("Factor"), "must be >= 1"}
+		return &ConfigError{Field: f("Factor"), Reason: "must be >= 1"}
 	}
 	for _, d := range []struct {
 		n string
@@ -121,7 +121,7 @@ func (c BackoffConfig) validate(prefix string, delay time.Duration) error {
 		}
 	}
 	if c.MaxDelay < c.MinDelay {
-		return &ConfigError{f("MaxDelay"), "must be >= MinDelay"}
+		return &ConfigError{Field: f("MaxDelay"), Reason: "must be >= MinDelay"}
 	}
 	if err := c.Jitter.validate(f("Jitter")); err != nil {
 		return err
@@ -130,7 +130,7 @@ func (c BackoffConfig) validate(prefix string, delay time.Duration) error {
 		return err
 	}
 	if c.ConcurrencyFactor <= 0 || c.ConcurrencyFactor > 1 {
-		return &ConfigError{f("ConcurrencyFactor"), "must be in (0, 1]"}
+		return &ConfigError{Field: f("ConcurrencyFactor"), Reason: "must be in (0, 1]"}
 	}
 	return nil
 }

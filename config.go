@@ -1,9 +1,12 @@
 package throttle
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/crawlerkit/throttle/hooks"
@@ -13,7 +16,8 @@ import (
 // Config holds the tunables of a ThrottlingManager. Start from
 // DefaultConfig and change what you need: a field set to zero means zero
 // (Delay 0 is no delay), never "the default". New validates it, refuses
-// the zero Config (GlobalConcurrency must be >= 1, among others), and keeps
+// the zero Config (GlobalConcurrency must be >= 1, among others: its error
+// says to start from DefaultConfig), and keeps
 // its own copy, Scopes map included: change a scope after New with
 // SetScopeConfig. A plain value: don't change it while another goroutine
 // reads it.
@@ -268,10 +272,25 @@ func defaultScopeConfig() ScopeConfig {
 	}
 }
 
-// validate checks the manager-wide fields and every ScopeConfig.
+// validate checks the manager-wide fields and every ScopeConfig. Its
+// error shows the value refused, and for a field left at zero that
+// DefaultConfig sets (a Config literal, the zero Config) it says to start
+// from DefaultConfig.
 func (c *Config) validate() error {
+	err := withValue(c.check(), "", *c)
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Value != nil && reflect.ValueOf(ce.Value).IsZero() {
+		if def, ok := fieldValue(DefaultConfig(), "", ce.Field); ok && !reflect.ValueOf(def).IsZero() {
+			ce.hint = fmt.Sprintf("DefaultConfig() has %v: start from throttle.DefaultConfig() and change what you need", def)
+		}
+	}
+	return err
+}
+
+// check is validate without the value and the hint.
+func (c *Config) check() error {
 	if c.GlobalConcurrency < 1 {
-		return &ConfigError{"GlobalConcurrency", "must be >= 1"}
+		return &ConfigError{Field: "GlobalConcurrency", Reason: "must be >= 1"}
 	}
 	if err := checkDuration("IdleTimeout", c.IdleTimeout); err != nil {
 		return err
@@ -280,16 +299,16 @@ func (c *Config) validate() error {
 		return err
 	}
 	if c.LearnedIdleTimeout < c.IdleTimeout {
-		return &ConfigError{"LearnedIdleTimeout", "must be >= IdleTimeout"}
+		return &ConfigError{Field: "LearnedIdleTimeout", Reason: "must be >= IdleTimeout"}
 	}
 	if c.MaxScopes < 0 {
-		return &ConfigError{"MaxScopes", "must be >= 0"}
+		return &ConfigError{Field: "MaxScopes", Reason: "must be >= 0"}
 	}
 	if c.DelayedWarnThreshold < 0 {
-		return &ConfigError{"DelayedWarnThreshold", "must be >= 0"}
+		return &ConfigError{Field: "DelayedWarnThreshold", Reason: "must be >= 0"}
 	}
 	if c.MaxWaiting < 0 {
-		return &ConfigError{"MaxWaiting", "must be >= 0"}
+		return &ConfigError{Field: "MaxWaiting", Reason: "must be >= 0"}
 	}
 	if err := checkDuration("MaxRefusal", c.MaxRefusal); err != nil {
 		return err
@@ -308,7 +327,7 @@ func (c *Config) validate() error {
 	}
 	for k, sc := range c.Scopes {
 		if k == "" {
-			return &ConfigError{`Scopes[""]`, "scope key must not be empty"}
+			return &ConfigError{Field: `Scopes[""]`, Reason: "scope key must not be empty"}
 		}
 		if err := validateScopeEntry(k, &sc); err != nil { // completed by New
 			return err
@@ -317,11 +336,17 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// validate checks one scope's configuration; prefix names it in errors.
+// validate checks one scope's configuration; prefix names it in errors,
+// which show the value refused.
 func (s *ScopeConfig) validate(prefix string) error {
+	return withValue(s.check(prefix), prefix, *s)
+}
+
+// check is validate without the value.
+func (s *ScopeConfig) check(prefix string) error {
 	f := func(name string) string { return prefix + "." + name }
 	if s.Concurrency < 1 {
-		return &ConfigError{f("Concurrency"), "must be >= 1"}
+		return &ConfigError{Field: f("Concurrency"), Reason: "must be >= 1"}
 	}
 	for _, d := range []struct {
 		name string
@@ -335,10 +360,10 @@ func (s *ScopeConfig) validate(prefix string) error {
 		return err
 	}
 	if s.Quota < 0 {
-		return &ConfigError{f("Quota"), "must be >= 0"}
+		return &ConfigError{Field: f("Quota"), Reason: "must be >= 0"}
 	}
 	if s.Window <= 0 {
-		return &ConfigError{f("Window"), "must be > 0"}
+		return &ConfigError{Field: f("Window"), Reason: "must be > 0"}
 	}
 	if err := s.AutoThrottle.validate(f("AutoThrottle")); err != nil {
 		return err
@@ -357,27 +382,27 @@ func (j Jitter) validate(field string) error {
 		return err
 	}
 	if j.Min < -1 {
-		return &ConfigError{field + ".Min", "must be >= -1"}
+		return &ConfigError{Field: field + ".Min", Reason: "must be >= -1"}
 	}
 	if j.Max < j.Min {
-		return &ConfigError{field + ".Max", "must be >= Min"}
+		return &ConfigError{Field: field + ".Max", Reason: "must be >= Min"}
 	}
 	if j.Max > 100 {
-		return &ConfigError{field + ".Max", "must be <= 100"}
+		return &ConfigError{Field: field + ".Max", Reason: "must be <= 100"}
 	}
 	return nil
 }
 
 func checkDuration(field string, d time.Duration) error {
 	if d < 0 {
-		return &ConfigError{field, "must be >= 0"}
+		return &ConfigError{Field: field, Reason: "must be >= 0"}
 	}
 	return nil
 }
 
 func checkFloat(field string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return &ConfigError{field, fmt.Sprintf("must be a finite number, not %v", v)}
+		return &ConfigError{Field: field, Reason: "must be a finite number"}
 	}
 	return nil
 }
@@ -394,7 +419,51 @@ func (c *Config) validateStore() error {
 		custom = custom || sc.NewManager != nil
 	}
 	if custom {
-		return &ConfigError{"Store", "scopes in a Store use the default ScopeManager: NewScopeManager and ScopeConfig.NewManager must be nil"}
+		return &ConfigError{Field: "Store", Reason: "scopes in a Store use the default ScopeManager: NewScopeManager and ScopeConfig.NewManager must be nil"}
 	}
 	return nil
+}
+
+// withValue sets the Value of err, a *ConfigError without one, to the
+// value of the field it names, read from v: the struct that prefix names
+// in the error's Field ("" for a Config).
+func withValue(err error, prefix string, v any) error {
+	ce, ok := err.(*ConfigError)
+	if !ok || ce.Value != nil {
+		return err
+	}
+	if fv, ok := fieldValue(v, prefix, ce.Field); ok {
+		ce.Value = fv
+	}
+	return err
+}
+
+// fieldValue returns the field that path names in v, a struct that
+// prefix names in path ("" for none), when it holds a number, a bool, a
+// string or a duration: `Default.Delay` in a Config, `Backoff.Factor` in a
+// ScopeConfig with the prefix "Default". A path through a map (a Scopes
+// key) names no field here.
+func fieldValue(v any, prefix, path string) (any, bool) {
+	if prefix != "" {
+		var ok bool
+		if path, ok = strings.CutPrefix(path, prefix+"."); !ok {
+			return nil, false
+		}
+	}
+	rv := reflect.ValueOf(v)
+	for name := range strings.SplitSeq(path, ".") {
+		if rv.Kind() != reflect.Struct {
+			return nil, false
+		}
+		if rv = rv.FieldByName(name); !rv.IsValid() || !rv.CanInterface() {
+			return nil, false
+		}
+	}
+	switch rv.Kind() {
+	case reflect.Bool, reflect.String, reflect.Float32, reflect.Float64,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return rv.Interface(), true
+	}
+	return nil, false
 }

@@ -15,6 +15,11 @@
 //	resp, err := client.Do(req)
 //	p.Release(resp, err)          // feedback: latency, status, headers, error
 //
+// When the wait would outlast ctx's deadline, Acquire fails at once, as
+// x/time/rate's Limiter.Wait does, with a *WaitError whose ReadyAt says
+// when the request could start: a worker loop puts the request back for
+// then instead of trying again at once, which would fail at once again.
+//
 // A crawler with many hosts and a bounded worker pool pushes its requests
 // into a ReadyQueue, from which each worker pops the request that can
 // start soonest, already admitted, so a slow host's backlog holds no one
@@ -40,7 +45,10 @@
 //
 //   - Concurrency: at most this many permits at once [1].
 //   - Delay: between consecutive starts [1s], randomised per start by
-//     Jitter [±50 %].
+//     Jitter [±50 %], drawn uniformly: starts are at least
+//     Delay×(1+Jitter.Min) apart (Delay/2 by default: half the delays
+//     drawn are shorter than Delay), and a symmetric jitter averages
+//     Delay.
 //   - SlotDelay: between starts in the same slot [0]. With Concurrency c
 //     it caps the scope at c starts per SlotDelay; New warns when that
 //     leaves Delay no effect.

@@ -63,18 +63,42 @@ var (
 	ErrQueueClosed = errors.New("throttle: ready queue closed")
 )
 
-// A ConfigError names the configuration field that is invalid and why. The
-// zero value names no field; it still matches ErrInvalidConfig. A plain
-// value: copy it freely, but don't change it while another goroutine reads
-// it.
+// A ConfigError names the configuration field that is invalid, the value
+// it refused and why. The zero value names no field; it still matches
+// ErrInvalidConfig. A plain value: copy it freely, but don't change it
+// while another goroutine reads it.
 type ConfigError struct {
 	Field  string // e.g. `Scopes["api"].Delay`
 	Reason string // e.g. "must be >= 0"
+	// Value is the value refused, e.g. -1s (a time.Duration); nil when
+	// the field holds no number, bool, string or duration to show (a
+	// Scopes key, a list, a Store).
+	Value any
+
+	hint string // how to fix it, when the field was left at zero
 }
 
-// Error names the field and the reason, e.g.
-// `throttle: Scopes["api"].Delay: must be >= 0`.
-func (e *ConfigError) Error() string { return "throttle: " + e.Field + ": " + e.Reason }
+// Error names the field, the value refused and the reason, e.g.
+// `throttle: config Scopes["api"].Delay = -1s: must be >= 0`; for a field
+// that New found at zero where DefaultConfig sets a value, it adds how to
+// fix it: `throttle: config GlobalConcurrency = 0: must be >= 1
+// (DefaultConfig() has 16: start from throttle.DefaultConfig() and change
+// what you need)`.
+func (e *ConfigError) Error() string {
+	s := "throttle: config " + e.Field
+	switch v := e.Value.(type) {
+	case nil:
+	case string:
+		s += " = " + strconv.Quote(v)
+	default:
+		s += fmt.Sprintf(" = %v", v)
+	}
+	s += ": " + e.Reason
+	if e.hint != "" {
+		s += " (" + e.hint + ")"
+	}
+	return s
+}
 
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }

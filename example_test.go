@@ -168,7 +168,7 @@ func ExampleNew() {
 	var ce *throttle.ConfigError
 	fmt.Println(errors.As(err, &ce), ce.Field)
 	// Output:
-	// throttle: Scopes["api.example.com"].Delay: must be >= 0
+	// throttle: config Scopes["api.example.com"].Delay = -1s: must be >= 0
 	// true Scopes["api.example.com"].Delay
 }
 

@@ -107,16 +107,16 @@ func defaultRampupConfig() RampupConfig {
 
 func (c RampupConfig) validate(prefix string) error {
 	if c.MinSignals < 1 {
-		return &ConfigError{prefix + ".MinSignals", "must be >= 1"}
+		return &ConfigError{Field: prefix + ".MinSignals", Reason: "must be >= 1"}
 	}
 	if c.MaxSignals < c.MinSignals {
-		return &ConfigError{prefix + ".MaxSignals", "must be >= MinSignals"}
+		return &ConfigError{Field: prefix + ".MaxSignals", Reason: "must be >= MinSignals"}
 	}
 	if err := checkDuration(prefix+".MinDelay", c.MinDelay); err != nil {
 		return err
 	}
 	if c.MaxConcurrency < 0 {
-		return &ConfigError{prefix + ".MaxConcurrency", "must be >= 0"}
+		return &ConfigError{Field: prefix + ".MaxConcurrency", Reason: "must be >= 0"}
 	}
 	return nil
 }

@@ -137,16 +137,16 @@ func (c RobotsConfig) validate() error {
 		}
 	}
 	if c.Enabled && c.TTL == 0 { // robots.txt would be fetched before every request
-		return &ConfigError{"Robots.TTL", "must be > 0 when Robots.Enabled"}
+		return &ConfigError{Field: "Robots.TTL", Reason: "must be > 0 when Robots.Enabled"}
 	}
 	if c.Enabled && c.FetchTimeout == 0 {
-		return &ConfigError{"Robots.FetchTimeout", "must be > 0 when Robots.Enabled"}
+		return &ConfigError{Field: "Robots.FetchTimeout", Reason: "must be > 0 when Robots.Enabled"}
 	}
 	if c.MaxOrigins < 0 {
-		return &ConfigError{"Robots.MaxOrigins", "must be >= 0"}
+		return &ConfigError{Field: "Robots.MaxOrigins", Reason: "must be >= 0"}
 	}
 	if c.MaxBytes < 0 {
-		return &ConfigError{"Robots.MaxBytes", "must be >= 0"}
+		return &ConfigError{Field: "Robots.MaxBytes", Reason: "must be >= 0"}
 	}
 	return nil
 }

@@ -409,14 +409,12 @@ func TestRobotsOverRealServers(t *testing.T) {
 	d, _, _ = m.scopeDelay(t, "moved.test")
 	assert.Equal(t, 200*time.Millisecond, d, "redirects followed")
 
-	start := time.Now()
 	fetchPage(t, client, "http://big.test/", "")
 	r, err := m.RobotsFor(context.Background(), get(t, "http://big.test/"))
 	require.NoError(t, err)
 	assert.False(t, r.Allowed("", "/early/x"), "the rule in the first 500 KiB counts")
 	d, _, _ = m.scopeDelay(t, "big.test")
 	assert.Zero(t, d, "nothing past 500 KiB is read")
-	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Less(t, bigWritten.Load(), int64(10<<20), "the body was not read to its end")
 }
 

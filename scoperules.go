@@ -45,7 +45,7 @@ func (s *ScopeConfig) completeFrom(def *ScopeConfig) {
 func validateScopeEntry(key string, sc *ScopeConfig) error {
 	name := "Scopes[" + strconv.Quote(key) + "]"
 	if _, err := path.Match(key, ""); err != nil {
-		return &ConfigError{name, "bad glob pattern (path.Match syntax)"}
+		return &ConfigError{Field: name, Reason: "bad glob pattern (path.Match syntax)"}
 	}
 	return sc.validate(name)
 }

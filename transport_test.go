@@ -266,16 +266,20 @@ func TestTransportLatencyFromTrace(t *testing.T) {
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
+	start := time.Now()
 	for i := 0; i < 3; i++ {
 		resp, err := client.Get(srv.URL)
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+	took := time.Since(start)
 	require.Len(t, got, 3)
 	for _, d := range got {
+		// A round trip's part: positive, and within the three requests'
+		// time however slow the machine.
 		assert.Greater(t, d, time.Duration(0))
-		assert.Less(t, d, 5*time.Second)
+		assert.LessOrEqual(t, d, took)
 	}
 	assert.Equal(t, int32(3), served.Load())
 }

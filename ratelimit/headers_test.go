@@ -250,14 +250,10 @@ func TestParseRateLimitBoundedWork(t *testing.T) {
 				t.Errorf("intList(%.40q..., %q) looked at %d of %d bytes", v, keys, p.i, len(v))
 			}
 		}
-		// A loose bound on the wall time of one parse (microseconds expected)
-		// guards against hangs without being flaky on a loaded machine.
-		start := time.Now()
+		// The exported parsers are intList behind trimOWS, with at most
+		// 64 entries to copy: the bytes intList looked at bound their work.
 		items, ok := ParseRateLimit(v)
 		pols, pok := ParseRateLimitPolicy(v)
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("parsing a %d-byte field took %v", len(v), d)
-		}
 		if ok || items != nil || pok || pols != nil {
 			t.Errorf("huge field %.40q... accepted", v)
 		}

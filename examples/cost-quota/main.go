@@ -27,9 +27,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
@@ -39,6 +37,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 )
 
 const (
@@ -172,25 +171,6 @@ func newManager(opt options, correct bool) (*throttle.ThrottlingManager, error) 
 	return throttle.New(cfg)
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string, hosts []string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 64,
-	}
-}
-
 func run(ctx context.Context, out io.Writer) (result, error) {
 	return runWith(ctx, out, defaultOptions())
 }
@@ -201,10 +181,9 @@ func runWith(ctx context.Context, out io.Writer, opt options) (result, error) {
 		{Key: "key-corrected", Name: "corrected", Correct: true, Requests: opt.Corrected},
 	}
 	api := &paidAPI{window: opt.Window, work: opt.Work, windows: map[string][]window{}}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	base := loopbackTransport(srv.Listener.Addr().String(), []string{apiHost})
-	defer base.CloseIdleConnections()
+	// A local server for apiHost; the client dials it for that host only.
+	base, stop := localnet.Serve(api, apiHost)
+	defer stop()
 
 	clients := make([]*http.Client, len(accounts))
 	for i, a := range accounts {

@@ -9,20 +9,16 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 )
 
+// TestCreditsPerWindow runs the example in fake time (a synctest bubble,
+// the API served in process), so the server's windows and the throttle's
+// line up exactly however loaded the machine is.
 func TestCreditsPerWindow(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// The example's requests with a 1 s window instead of 10 s.
 	opt := defaultOptions()
-	opt.Window = time.Second
-	opt.Work = 10 * time.Millisecond
 	var out strings.Builder
-	res, err := runWith(ctx, &out, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := localnet.Run(t, func(ctx context.Context) (result, error) { return runWith(ctx, &out, opt) })
 	t.Log("\n" + out.String())
 
 	for _, a := range res.Accounts {

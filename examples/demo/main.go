@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 )
 
 // options configures one run of the demo.
@@ -117,12 +118,10 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	}
 
 	sites := []*site{newFast(), newSlow(), newLimited(4, 2)}
-	names := make(map[string]string, len(sites)) // host:port -> name
-	for _, s := range sites {
-		s.start()
-		defer s.srv.Close()
-		names[s.srv.Listener.Addr().String()] = s.name
-	}
+	// One local server answers for fast.example, slow.example and
+	// limited.example; the client dials it for them and nothing else.
+	base, stop := localnet.Serve(hosts(sites), "*.example")
+	defer stop()
 
 	// The throttle's warnings (logged from the goroutine that releases a
 	// permit) and the progress lines share out: one writer at a time.
@@ -130,14 +129,14 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	logs := newDelayLog(out)
 	cfg := demoConfig(opts.Window)
 	cfg.Logger = logs.logger()
-	// All three servers are 127.0.0.1: HostScope (host without port) would
-	// put them in one scope, throttle.HostPortScope one scope per port.
-	// This scoper does that too, and names each scope after its server for
-	// the tables below.
+	// This scoper names each scope after its site (fast for
+	// fast.example) for the tables below; HostScope would give the host.
 	cfg.Scoper = func(req *http.Request) ([]throttle.Scope, error) {
 		if req.URL != nil {
-			if name, ok := names[req.URL.Host]; ok {
-				return []throttle.Scope{{Key: name}}, nil
+			for _, s := range sites {
+				if req.URL.Host == s.host() {
+					return []throttle.Scope{{Key: s.name}}, nil
+				}
 			}
 		}
 		return throttle.HostScope(req)
@@ -146,12 +145,6 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	if err != nil {
 		return summary{}, err
 	}
-
-	// A transport of our own, so its idle connections can be closed at the
-	// end, with enough idle connections per host for the scopes' slots.
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.MaxIdleConnsPerHost = 2 * opts.Workers
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(sendGuard{base})}
 
 	printHeader(out, sites, cfg)
@@ -340,7 +333,7 @@ func (f *frontier) take() (int, string) {
 	f.rr = (best + 1) % len(f.sites)
 	f.busy[best]++
 	f.seq[best]++
-	return best, fmt.Sprintf("%s/page/%d", f.sites[best].srv.URL, f.seq[best])
+	return best, fmt.Sprintf("http://%s/page/%d", f.sites[best].host(), f.seq[best])
 }
 
 func (f *frontier) done(i int) {

@@ -134,7 +134,7 @@ func printHeader(out io.Writer, sites []*site, cfg throttle.Config) {
 			th = fmt.Sprintf("Delay %s ±%.0f%%, Concurrency %d, SlotDelay %s",
 				ms(sc.Delay), sc.Jitter.Max*100, sc.Concurrency, ms(sc.SlotDelay))
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\tthrottle: %s\n", s.name, s.srv.Listener.Addr(), s.about, th)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\tthrottle: %s\n", s.name, s.host(), s.about, th)
 	}
 	tw.Flush()
 	fmt.Fprintln(out)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ type site struct {
 	name   string
 	about  string  // what the server does, for the header
 	limit  float64 // the hidden rate limit in req/s; 0 when none
-	srv    *httptest.Server
 	handle func(ctx context.Context, w http.ResponseWriter, inflight int) int
 
 	mu          sync.Mutex
@@ -143,7 +141,21 @@ func (b *bucket) take(now time.Time) bool {
 	return true
 }
 
-func (s *site) start() { s.srv = httptest.NewServer(s) }
+// host is the site's simulated host name, fast.example say.
+func (s *site) host() string { return s.name + ".example" }
+
+// hosts serves each site at its host name.
+type hosts []*site
+
+func (hs hosts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, s := range hs {
+		if r.Host == s.host() {
+			s.ServeHTTP(w, r)
+			return
+		}
+	}
+	http.NotFound(w, r)
+}
 
 // counts returns the requests that arrived, those that arrived in
 // (now-d, now], and the 429s answered so far.

@@ -16,17 +16,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
-	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/scopers"
 )
 
@@ -116,25 +114,6 @@ func (r *recorder) end(prefix string) {
 	r.hostNow--
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string, hosts []string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 16,
-	}
-}
-
 func newManager() (*throttle.ThrottlingManager, error) {
 	cfg := throttle.DefaultConfig()
 	var prefixes []string
@@ -176,15 +155,14 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 		mux.HandleFunc(e.Prefix, h)
 		mux.HandleFunc(e.Prefix+"/", h)
 	}
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	// A local server for apiHost; the client dials it for that host only.
+	base, stop := localnet.Serve(mux, apiHost)
+	defer stop()
 
 	m, err := newManager()
 	if err != nil {
 		return result{}, err
 	}
-	base := loopbackTransport(srv.Listener.Addr().String(), []string{apiHost})
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	// Queue every request at once, searches and downloads mixed.

@@ -33,7 +33,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/signal"
 	"slices"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/hooks"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/status"
 )
 
@@ -192,25 +192,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%s %s\n", host, r.URL.Path)
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 4,
-	}
-}
-
 // result is what the server answered, by host and status: to pages, and
 // to robots.txt fetches (which go through the throttle too).
 type result struct {
@@ -223,8 +204,9 @@ type result struct {
 // the caller serves (during the crawl and after it).
 func run(ctx context.Context, out io.Writer, mon *http.ServeMux) (result, error) {
 	srv := &server{sites: map[string]*site{}}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	// A local server for the hosts; the client dials it for them only.
+	base, stop := localnet.Serve(srv, hosts...)
+	defer stop()
 
 	cfg := throttle.DefaultConfig()
 	cfg.Default.Delay, cfg.Default.Jitter = delay, throttle.Jitter{}
@@ -240,8 +222,6 @@ func run(ctx context.Context, out io.Writer, mon *http.ServeMux) (result, error)
 	mon.Handle("GET /debug/vars", expvar.Handler())
 	mon.Handle("/status", status.Handler(m))
 
-	base := loopbackTransport(ts.Listener.Addr().String())
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	start := time.Now()

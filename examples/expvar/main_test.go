@@ -3,63 +3,65 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/localnet"
 )
 
-// The crawl takes seconds, and expvar variables live for the process:
-// the tests share one run.
+// The crawl's expvar variables live for the process: the tests share one
+// run, in fake time (a synctest bubble, the hosts served in process), and
+// the pages the monitoring mux served right after it.
 var (
 	once   sync.Once
 	shared result
-	mon    *httptest.Server
+	pages  map[string][]byte // by path: /debug/vars, /status ...
 	output string
-	runErr error
+	ranOK  bool
 )
+
+// monitored are the paths of the monitoring mux the tests read.
+var monitored = []string{"/debug/vars", "/status?format=json", "/status"}
 
 func runOnce(t *testing.T) result {
 	t.Helper()
 	once.Do(func() {
-		mux := http.NewServeMux()
-		mon = httptest.NewServer(mux)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		pages = map[string][]byte{}
 		var out strings.Builder
-		shared, runErr = run(ctx, &out, mux)
+		shared = localnet.Run(t, func(ctx context.Context) (result, error) {
+			mux := http.NewServeMux()
+			res, err := run(ctx, &out, mux)
+			for _, path := range monitored {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK {
+					return res, fmt.Errorf("GET %s: %d\n%s", path, rec.Code, rec.Body)
+				}
+				pages[path] = rec.Body.Bytes()
+			}
+			return res, err
+		})
 		output = out.String()
-		t.Log("\n" + output)
+		ranOK = true
 	})
-	if runErr != nil {
-		t.Fatal(runErr)
+	if !ranOK {
+		t.Fatal("the shared run failed")
 	}
+	t.Log("\n" + output)
 	return shared
 }
 
-func TestMain(m *testing.M) {
-	m.Run()
-	if mon != nil {
-		mon.Close()
-	}
-}
-
+// getBody is what the monitoring mux served for path after the crawl.
 func getBody(t *testing.T, path string) []byte {
 	t.Helper()
-	resp, err := http.Get(mon.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
+	b, ok := pages[path]
+	if !ok {
+		t.Fatalf("%s was not read after the crawl", path)
 	}
 	return b
 }

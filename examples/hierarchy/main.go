@@ -19,14 +19,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/scopers"
 )
 
@@ -99,25 +98,6 @@ func (r *recorder) end(host string) {
 	}
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string, hosts []string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 64,
-	}
-}
-
 // newManager configures the three levels. Each Scopes entry is a whole
 // ScopeConfig: start from the default and change what matters here.
 func newManager() (*throttle.ThrottlingManager, error) {
@@ -141,7 +121,7 @@ func newManager() (*throttle.ThrottlingManager, error) {
 func run(ctx context.Context, out io.Writer) (result, error) {
 	hosts := []string{"books.toscrape.com", "quotes.toscrape.com"}
 	rec := &recorder{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/robots.txt" {
 			http.NotFound(w, r) // no robots.txt: no rules (the throttle fetches it once per host)
 			return
@@ -154,15 +134,15 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 		defer rec.end(host)
 		time.Sleep(holdTime)
 		fmt.Fprintf(w, "<html><body>%s%s</body></html>\n", host, r.URL.Path)
-	}))
-	defer srv.Close()
+	})
+	// A local server for the hosts; the client dials it for them only.
+	base, stop := localnet.Serve(handler, hosts...)
+	defer stop()
 
 	m, err := newManager()
 	if err != nil {
 		return result{}, err
 	}
-	base := loopbackTransport(srv.Listener.Addr().String(), hosts)
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	var res result

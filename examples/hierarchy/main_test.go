@@ -4,17 +4,16 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/crawlerkit/throttle/internal/localnet"
 )
 
+// TestHierarchyLimits runs the example in fake time (a synctest bubble, the hosts
+// served in process): every queued request is in flight at once as far as
+// the scopes allow, however loaded the machine is, so each peak is exact.
 func TestHierarchyLimits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	var out strings.Builder
-	res, err := run(ctx, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := localnet.Run(t, func(ctx context.Context) (result, error) { return run(ctx, &out) })
 	t.Log("\n" + out.String())
 	if len(res.Phases) != len(phases) {
 		t.Fatalf("got %d phases, want %d", len(res.Phases), len(phases))

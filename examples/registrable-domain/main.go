@@ -19,7 +19,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/scopers"
 )
 
@@ -106,25 +106,6 @@ func (r *recorder) end(host, owner string) {
 	}
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string, hosts []string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 16,
-	}
-}
-
 func run(ctx context.Context, out io.Writer) (result, error) {
 	owners := make(map[string]string)
 	var hosts []string
@@ -134,7 +115,7 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 	}
 
 	rec := &recorder{res: result{Hosts: map[string]*stat{}, Sites: map[string]*stat{}}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/robots.txt" {
 			http.NotFound(w, r) // no robots.txt: no rules (the throttle fetches it once per host)
 			return
@@ -152,8 +133,10 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 		defer rec.end(host, owner)
 		time.Sleep(holdTime)
 		fmt.Fprintf(w, "<html><body>%s%s</body></html>\n", host, r.URL.Path)
-	}))
-	defer srv.Close()
+	})
+	// A local server for the hosts; the client dials it for them only.
+	base, stop := localnet.Serve(handler, hosts...)
+	defer stop()
 
 	cfg := throttle.DefaultConfig()
 	cfg.Scoper = throttle.RegistrableDomainScope
@@ -165,8 +148,6 @@ func run(ctx context.Context, out io.Writer) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	base := loopbackTransport(srv.Listener.Addr().String(), hosts)
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	// Queue every page of every host at once: the throttle alone decides

@@ -26,9 +26,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
@@ -38,6 +36,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/scopers"
 )
 
@@ -256,36 +255,16 @@ func newManager() (*throttle.ThrottlingManager, error) {
 	return throttle.New(cfg)
 }
 
-// loopbackTransport dials addr for every connection to one of hosts (any
-// port) and refuses every other host, so nothing leaves the machine.
-func loopbackTransport(addr string, hosts []string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(hosts, h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 16,
-	}
-}
-
 func run(ctx context.Context, out io.Writer) (result, error) {
 	api := &scraperAPI{res: result{Sites: map[string]*siteStat{}}, lastHit: map[string]time.Time{}}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	// A local server for apiHost; the client dials it for that host only.
+	base, stop := localnet.Serve(api, apiHost)
+	defer stop()
 
 	m, err := newManager()
 	if err != nil {
 		return result{}, err
 	}
-	base := loopbackTransport(srv.Listener.Addr().String(), []string{apiHost})
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	// Each site is crawled by its own worker, page after page; a page the

@@ -12,11 +12,16 @@
 //	           fetches and obeys (1 at a time, 1 s apart)
 //	c.example  configured: 2 at a time, Delay 100ms; pages take 300ms
 //
+// colly's request timeout (SetRequestTimeout, default 10 s) counts the
+// time a request waits in the throttle: the example gives it a minute.
+//
 // The server records when each request arrives and how many are in
 // flight per host. Run it from examples/ext (about 7 s):
 //
 //	go run ./colly
 //	go run ./colly -throttle=false   # the same crawl with colly alone
+//	go run ./colly -timeout 2s       # the waits for b.example's Crawl-delay outlast it
+//	go run ./colly -parallelism 2    # colly's LimitRule on top: head-of-line blocking
 //
 // Everything listens on 127.0.0.1; nothing leaves the machine.
 package main
@@ -28,13 +33,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/gocolly/colly/v2"
 )
 
@@ -153,25 +158,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "</ul>")
 }
 
-// loopbackTransport dials addr for every host of the site and refuses
-// every other, so nothing leaves the machine.
-func loopbackTransport(addr string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if spec(h) == nil {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 4,
-	}
-}
-
 // newManager configures the throttle: defaults but no jitter, a 300 ms
 // delay, and c.example's own settings. b.example's delay comes from its
 // robots.txt.
@@ -184,33 +170,54 @@ func newManager() (*throttle.ThrottlingManager, error) {
 	return throttle.New(cfg)
 }
 
-// result is what the server saw, by host.
+// result is what the server saw, by host, and the pages colly could not
+// fetch.
 type result struct {
 	Logs    map[string]*hostLog
 	Elapsed time.Duration
+	Errors  []error // from colly's OnError: the page's URL, and why
 }
 
-// run crawls the site from a.example's front page with colly, through
-// the throttle when throttled is true.
-func run(ctx context.Context, out io.Writer, throttled bool) (result, error) {
+// options configures one crawl.
+type options struct {
+	Throttled bool // send colly's requests through the throttle
+	// RequestTimeout is colly's request timeout (SetRequestTimeout):
+	// its http.Client's Timeout, which counts the wait in the throttle
+	// too. Zero leaves colly's default, 10 s.
+	RequestTimeout time.Duration
+	// Parallelism, when not zero, adds colly's LimitRule{DomainGlob: "*",
+	// Parallelism: Parallelism} on top of the throttle: the example's
+	// point is to leave it out.
+	Parallelism int
+}
+
+// run crawls the site from a.example's front page with colly.
+func run(ctx context.Context, out io.Writer, o options) (result, error) {
 	srv := &server{logs: map[string]*hostLog{}}
 	for _, h := range site {
 		srv.logs[h.Host] = &hostLog{}
 	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	base := loopbackTransport(ts.Listener.Addr().String())
-	defer base.CloseIdleConnections()
-
 	var hosts []string
 	for _, h := range site {
 		hosts = append(hosts, h.Host)
 	}
+	// A local server for the site's hosts; the client dials it for them
+	// only.
+	base, stop := localnet.Serve(srv, hosts...)
+	defer stop()
+
 	c := colly.NewCollector(colly.Async(true), colly.AllowedDomains(hosts...), colly.StdlibContext(ctx))
 	// colly's request timeout counts the time a request waits in the
-	// throttle too: give it room.
-	c.SetRequestTimeout(time.Minute)
-	if throttled {
+	// throttle too: give it room (main: a minute).
+	if o.RequestTimeout > 0 {
+		c.SetRequestTimeout(o.RequestTimeout)
+	}
+	if o.Parallelism > 0 {
+		if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: o.Parallelism}); err != nil {
+			return result{}, err
+		}
+	}
+	if o.Throttled {
 		m, err := newManager()
 		if err != nil {
 			return result{}, err
@@ -238,21 +245,22 @@ func run(ctx context.Context, out io.Writer, throttled bool) (result, error) {
 		return result{}, err
 	}
 	c.Wait()
-	if len(errs) > 0 {
-		return result{}, errs[0]
-	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	res := result{Logs: srv.logs, Elapsed: time.Since(start)}
-	printTable(out, res, throttled)
+	res := result{Logs: srv.logs, Elapsed: time.Since(start), Errors: errs}
+	printTable(out, res, o)
 	return res, nil
 }
 
-func printTable(out io.Writer, res result, throttled bool) {
-	if throttled {
-		fmt.Fprintln(out, "colly with throttle's Transport, no LimitRule:")
+func printTable(out io.Writer, res result, o options) {
+	rule := "no LimitRule"
+	if o.Parallelism > 0 {
+		rule = fmt.Sprintf("LimitRule{DomainGlob: \"*\", Parallelism: %d}", o.Parallelism)
+	}
+	if o.Throttled {
+		fmt.Fprintf(out, "colly with throttle's Transport, %s:\n", rule)
 	} else {
-		fmt.Fprintln(out, "colly alone, no LimitRule:")
+		fmt.Fprintf(out, "colly alone, %s:\n", rule)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "host\tpages\trobots.txt\tpeak in flight\tthrottle concurrency\tmin gap\tthrottle delay\trobots.txt to page 1")
@@ -263,14 +271,24 @@ func printTable(out io.Writer, res result, throttled bool) {
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "done in %v\n", res.Elapsed.Round(10*time.Millisecond))
+	for _, err := range res.Errors {
+		fmt.Fprintln(out, "error:", err)
+	}
 }
 
 func main() {
-	throttled := flag.Bool("throttle", true, "send colly's requests through the throttle")
+	o := options{RequestTimeout: time.Minute}
+	flag.BoolVar(&o.Throttled, "throttle", true, "send colly's requests through the throttle")
+	flag.DurationVar(&o.RequestTimeout, "timeout", o.RequestTimeout, "colly's request timeout, the wait in the throttle included (0: colly's default, 10s)")
+	flag.IntVar(&o.Parallelism, "parallelism", 0, "add colly's LimitRule{DomainGlob: \"*\", Parallelism: N} on top of the throttle")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := run(ctx, os.Stdout, *throttled); err != nil {
+	res, err := run(ctx, os.Stdout, o)
+	if err == nil && len(res.Errors) > 0 {
+		err = fmt.Errorf("%d pages failed", len(res.Errors))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "colly:", err)
 		os.Exit(1)
 	}

@@ -40,7 +40,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/signal"
 	"slices"
@@ -51,6 +50,7 @@ import (
 
 	"github.com/crawlerkit/throttle"
 	"github.com/crawlerkit/throttle/hooks"
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/crawlerkit/throttle/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -231,30 +231,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%s %s\n", host, r.URL.Path)
 }
 
-// simulated reports whether host is one of the local sites.
-func simulated(host string) bool {
-	return slices.Contains(known, host) || strings.HasSuffix(host, ".farm.example")
-}
-
-// loopbackTransport dials addr for every simulated host and refuses
-// every other, so nothing leaves the machine.
-func loopbackTransport(addr string) *http.Transport {
-	var d net.Dialer
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
-			h, _, err := net.SplitHostPort(hostport)
-			if err != nil {
-				return nil, err
-			}
-			if !simulated(h) {
-				return nil, fmt.Errorf("refusing to dial %s: not a simulated host", hostport)
-			}
-			return d.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 4,
-	}
-}
-
 // result is what the server answered, by host and status, to pages and to
 // robots.txt, and the metrics the hooks fed.
 type result struct {
@@ -268,8 +244,10 @@ type result struct {
 // /metrics (from gather) and /status on mon, which the caller serves.
 func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http.ServeMux) (result, error) {
 	srv := &server{pages: map[string]int{}, statuses: map[string]map[int]int{}, robots: map[string]map[int]int{}}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	// A local server for the hosts (the known ones and the link farm's);
+	// the client dials it for them only.
+	base, stop := localnet.Serve(srv, append(slices.Clone(known), "*.farm.example")...)
+	defer stop()
 
 	x := newMetrics(reg, newScopeLabels(known...))
 	cfg := throttle.DefaultConfig()
@@ -289,8 +267,6 @@ func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http
 	mon.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mon.Handle("/status", status.Handler(m))
 
-	base := loopbackTransport(ts.Listener.Addr().String())
-	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: m.Transport(base)}
 
 	var urls []string

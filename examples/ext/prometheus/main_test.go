@@ -10,19 +10,22 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/crawlerkit/throttle/internal/localnet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// The crawl takes seconds: the tests share one run.
+// The tests share one run of the crawl, in fake time (a synctest bubble,
+// the hosts served in process); the monitoring server, outside the
+// bubble, serves the registry and the status page after it.
 var (
 	once   sync.Once
 	shared result
 	reg    *prometheus.Registry
 	mon    *httptest.Server
 	runErr error
+	ranOK  bool
 )
 
 func runOnce(t *testing.T) result {
@@ -31,15 +34,15 @@ func runOnce(t *testing.T) result {
 		reg = prometheus.NewRegistry()
 		mux := http.NewServeMux()
 		mon = httptest.NewServer(mux)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		var out strings.Builder
-		shared, runErr = run(ctx, &out, reg, mux)
-		if runErr == nil {
-			runErr = printMetrics(&out, mon.URL+"/metrics")
-		}
+		shared = localnet.Run(t, func(ctx context.Context) (result, error) { return run(ctx, &out, reg, mux) })
+		runErr = printMetrics(&out, mon.URL+"/metrics")
 		t.Log("\n" + out.String())
+		ranOK = true
 	})
+	if !ranOK {
+		t.Fatal("the shared run failed")
+	}
 	if runErr != nil {
 		t.Fatal(runErr)
 	}
