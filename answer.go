@@ -74,6 +74,13 @@ func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSig
 	default:
 		s.quota.other(t.Start, fb.Status)
 	}
+	if s.rampup != nil {
+		// Rampup paces the scope under the server's limit: a success
+		// that says the quota is spent gates nothing (a sliding quota
+		// says so at most successes near its limit, and its reset,
+		// rounded up to a second, would cost a second a request).
+		a.spent = false
+	}
 	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb, a.spent); ok {
 		a.gated, a.gate = true, gate.Sub(now)
 	}

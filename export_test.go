@@ -72,25 +72,25 @@ func stripExported(s string) string {
 func TestImportRefusesAndAppliesNothing(t *testing.T) {
 	m := newManager(t, exportConfig())
 	good := `{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[` +
-		`{"key":"a.test","state":{"v":2,"a":{"d":7000000000,"s":true}}}`
+		`{"key":"a.test","state":{"v":3,"a":{"d":7000000000,"s":true}}}`
 	for name, in := range map[string]string{
 		"truncated":       good,
 		"future version":  strings.Replace(good, `"version":1`, `"version":2`, 1) + `]}`,
 		"other format":    strings.Replace(good, `throttle-learned`, `other`, 1) + `]}`,
-		"bad record":      good + `,{"key":"b.test","state":{"v":2,"a":{"d":-5}}}]}`,
+		"bad record":      good + `,{"key":"b.test","state":{"v":3,"a":{"d":-5}}}]}`,
 		"bad record ver":  good + `,{"key":"b.test","state":{"v":9}}]}`,
-		"no key":          good + `,{"key":"","state":{"v":2}}]}`,
-		"duplicate":       good + `,{"key":"a.test","state":{"v":2}}]}`,
-		"duplicate key64": good + `,{"key64":"YS50ZXN0","state":{"v":2}}]}`,
-		"both keys":       good + `,{"key":"b.test","key64":"/w==","state":{"v":2}}]}`,
-		"empty key64":     good + `,{"key64":"","state":{"v":2}}]}`,
-		"key64 not b64":   good + `,{"key64":"!!","state":{"v":2}}]}`,
-		"future time":     good + `,{"key":"b.test","state":{"v":2,"b":{"ls":9000000000000000000}}}]}`,
+		"no key":          good + `,{"key":"","state":{"v":3}}]}`,
+		"duplicate":       good + `,{"key":"a.test","state":{"v":3}}]}`,
+		"duplicate key64": good + `,{"key64":"YS50ZXN0","state":{"v":3}}]}`,
+		"both keys":       good + `,{"key":"b.test","key64":"/w==","state":{"v":3}}]}`,
+		"empty key64":     good + `,{"key64":"","state":{"v":3}}]}`,
+		"key64 not b64":   good + `,{"key64":"!!","state":{"v":3}}]}`,
+		"future time":     good + `,{"key":"b.test","state":{"v":3,"b":{"ls":9000000000000000000}}}]}`,
 		"unknown field":   good + `],"extra":1}`,
 		"field twice":     good + `],"scopes":[]}`,
 		"scopes no array": strings.Replace(good, `"scopes":[`, `"scopes":{`, 1) + `}}`,
 		"not an object":   `[]`,
-		"newer, then bad": strings.Replace(good, `"version":1`, `"version":2`, 1) + `,{"key":"b.test","state":{"v":3,"new":1}}]}`,
+		"newer, then bad": strings.Replace(good, `"version":1`, `"version":2`, 1) + `,{"key":"b.test","state":{"v":4,"new":1}}]}`,
 		"trailing data":   good + `]} {}`,
 		"not json":        "\x00\x01",
 		"empty":           "",
@@ -100,7 +100,7 @@ func TestImportRefusesAndAppliesNothing(t *testing.T) {
 		require.Zero(t, n, name)
 		require.Zero(t, m.Len(), "%s: nothing applied", name)
 	}
-	_, err := m.Import(strings.NewReader(strings.Replace(good, `"version":1`, `"version":2`, 1) + `,{"key":"b.test","state":{"v":3,"new":1}}]}`))
+	_, err := m.Import(strings.NewReader(strings.Replace(good, `"version":1`, `"version":2`, 1) + `,{"key":"b.test","state":{"v":4,"new":1}}]}`))
 	require.ErrorContains(t, err, "version 2 is newer", "the version, read before the records, is the reason given")
 	n, err := m.Import(strings.NewReader(`{"format":"throttle-learned","version":1,"scopes":null}`))
 	require.NoError(t, err)
@@ -111,9 +111,9 @@ func TestImportRefusesAndAppliesNothing(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	f.Add(`{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[{"key":"a.test","state":{"v":2,"a":{"d":7000000000,"s":true},"b":{"d":2000000000,"bad":1000000000,"hb":true,"ls":1,"w":1,"ws":2},"r":{"r":3.5,"g":3,"bad":4,"l":100000000,"se":true,"w":1}}}]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"exported":"2026-01-01T00:00:00Z","scopes":[{"key":"a.test","state":{"v":3,"a":{"d":7000000000,"s":true},"b":{"d":2000000000,"bad":1000000000,"hb":true,"ls":1,"w":1,"ws":2},"r":{"r":3.5,"g":3,"bad":4,"l":100000000,"se":true,"w":1}}}]}`)
 	f.Add(`{"format":"throttle-learned","version":1,"scopes":[]}`)
-	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":2,"r":{"r":1e308}}}]}`)
+	f.Add(`{"format":"throttle-learned","version":1,"scopes":[{"key":"x","state":{"v":3,"r":{"r":1e308}}}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		// Bounded work per input. maxImportSize (256 MiB) is too large to
 		// go past here, one input at a time.
@@ -419,8 +419,8 @@ func TestImportAbsurdLatencyWedgesNothing(t *testing.T) {
 	cfg.Default.Delay = time.Second
 	cfg.Default.Rampup.Enabled = true
 	file := func(lat time.Duration) []byte {
-		return []byte(fmt.Sprintf(`{"format":"throttle-learned","version":1,"scopes":[{"key":"a.test","state":{"v":2,`+
-			`"r":{"r":2,"g":1,"l":%d,"ch":%d,"w":%d}}}]}`, lat, t0.UnixNano(), t0.UnixNano()))
+		return []byte(fmt.Sprintf(`{"format":"throttle-learned","version":1,"scopes":[{"key":"a.test","state":{"v":3,`+
+			`"r":{"r":2,"g":1,"l":%d,"ch":%d,"ga":%d}}}]}`, lat, t0.UnixNano(), t0.UnixNano()))
 	}
 	slow := rampupStarts(t, cfg, t0, file(cfg.Default.Backoff.MaxDelay), "a.test", 20*time.Minute)
 	absurd := rampupStarts(t, cfg, t0, file(9e18), "a.test", 20*time.Minute)
@@ -460,7 +460,7 @@ func TestImportReadsBounded(t *testing.T) {
 	const limit = 1 << 20
 	head := `{"format":"throttle-learned","version":1,"scopes":[`
 	for name, e := range map[string]*endless{
-		"endless records": {head: head, next: func(i int) string { return fmt.Sprintf(`{"key":"%d.test","state":{"v":2}},`, i) }},
+		"endless records": {head: head, next: func(i int) string { return fmt.Sprintf(`{"key":"%d.test","state":{"v":3}},`, i) }},
 		"endless key":     {head: head + `{"key":"`, next: func(int) string { return "a" }},
 		"endless spaces":  {next: func(int) string { return " " }},
 	} {
@@ -469,7 +469,7 @@ func TestImportReadsBounded(t *testing.T) {
 		require.ErrorContains(t, err, "larger than 1048576 bytes", name)
 		require.LessOrEqual(t, e.read, limit+1, "%s: read past the limit", name)
 	}
-	e := &endless{head: head, next: func(i int) string { return fmt.Sprintf(`{"key":"%d.test","state":{"v":2}},`, i) }}
+	e := &endless{head: head, next: func(i int) string { return fmt.Sprintf(`{"key":"%d.test","state":{"v":3}},`, i) }}
 	_, _, err := readExport(e, time.Now(), limit, 100)
 	require.ErrorIs(t, err, ErrImport)
 	require.ErrorContains(t, err, "more scopes than 100")

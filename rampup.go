@@ -185,6 +185,10 @@ const (
 	// rampupSameReset is how close two resets are the same window's end:
 	// resets are whole seconds.
 	rampupSameReset = 500 * time.Millisecond
+	// rampupSoftHold is the least time 2 % under a window's limit (rule
+	// 7) holds with no refusal before the scope probes above it: half a
+	// minute, a few of the windows such servers count.
+	rampupSoftHold = 30 * time.Second
 	// rampupMaxRate bounds the rate (one start per microsecond).
 	rampupMaxRate = 1e6
 	// outageRun is how many 5xx in a row, with no success and no 429
@@ -225,6 +229,8 @@ type rampup struct {
 	hintAt   time.Time     // the reset named with a stated rate that is no policy
 	hintSeen time.Time     // when
 	hint     float64       // the lowest such rate
+	hinted   float64       // the lowest such rate settled at; 0: none
+	soft     bool          // stated is such a rate: a ceiling until it held a proof time unrefused
 	windows  bool          // such resets are a window's end: the rate is stated
 	drain    bool          // rule 4: from a refusal event to the next success
 	drainAt  time.Time     // when the drain began
@@ -241,7 +247,8 @@ type rampup struct {
 	runG     float64 // G and B when the run began
 	runB     float64
 	runMem   time.Duration
-	paused   bool // an outage: backoff probes it
+	runAt    time.Time // the start of the run's first request
+	paused   bool      // an outage: backoff probes it
 	pausedAt time.Time
 }
 
@@ -361,8 +368,18 @@ func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float6
 	r.rFirst, r.rLast = time.Time{}, time.Time{}
 }
 
+// settleAt settles at 2 % under a rate s the server states (rule 7).
+func (r *rampup) settleAt(now time.Time, cfg *ScopeConfig, gc int, s float64) {
+	r.bad = s
+	r.setGood(now, s*(1-rampupEpsilon))
+	r.probeAt = now.Add(r.probeInterval(cfg))
+	r.set(now, cfg, gc, r.good)
+}
+
 // setGood sets G at now.
-func (r *rampup) setGood(now time.Time, g float64) { r.good, r.gAt, r.gOK = g, now, 0 }
+func (r *rampup) setGood(now time.Time, g float64) {
+	r.good, r.gAt, r.gOK = g, now, 0
+}
 
 // rampupVerdict is what rampup did with an answer, for backoff.
 type rampupVerdict uint8
@@ -415,15 +432,16 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	}
 	switch s := ans.stated; {
 	case s <= 0 || s >= rampupMaxRate:
-	case !ans.policy && r.windows && (r.stated == 0 || min(s, r.hint) < r.stated):
-		s = min(s, r.hint)
-		r.hint = s
-		fallthrough
-	case ans.policy && (r.stated == 0 || s < r.stated):
-		r.stated, r.bad = s, s // rule 7: the ceiling is 2 % under it
-		r.setGood(now, s*(1-rampupEpsilon))
-		r.probeAt = now.Add(r.probeInterval(cfg))
-		r.set(now, cfg, gc, r.good)
+	case ans.policy && (r.stated == 0 || r.soft || s < r.stated):
+		r.stated, r.soft = s, false // rule 7: the ceiling is 2 % under it
+		r.settleAt(now, cfg, gc, s)
+	case !ans.policy && r.windows && (r.hinted == 0 || min(s, r.hint) < r.hinted):
+		// A window's limit: settle 2 % under it, and never above
+		// unless that held a proof time with no refusal (servers mean
+		// their reset differently: two windows ahead makes it half).
+		r.hint = min(s, r.hint)
+		r.hinted, r.stated, r.soft = r.hint, r.hint, true
+		r.settleAt(now, cfg, gc, r.hint)
 	case !ans.policy && r.bad == 0 && r.step == 0 && s > r.good:
 		// A hint, in the slow start: bisect towards it rather than
 		// double past it (a rate the server accepts past it is climbed
@@ -462,6 +480,13 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		r.endRound(now, cfg, gc)
 	}
 	if r.rate == r.good && r.settled() && !now.Before(r.probeAt) {
+		if r.soft && r.good >= r.stated*(1-rampupEpsilon)*(1-1e-9) && now.Sub(r.gAt) >= max(r.proofTime(), rampupSoftHold) &&
+			r.lastNo.Before(r.gAt) {
+			// 2 % under a window's limit held half a minute (and a
+			// proof time) with no refusal: the server may allow more
+			// than its reset implied.
+			r.stated, r.soft = 0, false
+		}
 		r.probe = true
 		r.set(now, cfg, gc, r.climbTo()) // rule 2: probe
 	}
@@ -504,14 +529,16 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
 		return rampupLeft, true
 	case !refused:
-		r.run = 0
+		if !ans.started.Before(r.runAt) {
+			r.run = 0 // (an answer to a request sent before the run began, delayed, does not end it)
+		}
 		return rampupLeft, false
 	case ans.status == http.StatusTooManyRequests:
 		r.run = 0 // a rate limit: never an outage
 		return rampupLeft, false
 	}
 	if r.run == 0 {
-		r.runG, r.runB, r.runMem = r.good, r.bad, r.memory // what the run may undo
+		r.runG, r.runB, r.runMem, r.runAt = r.good, r.bad, r.memory, ans.started // what the run may undo
 	}
 	r.run = min(r.run+1, outageRun)
 	if r.run < outageRun {
@@ -637,7 +664,13 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 	if r.rSig > 0 || r.rOK < need || r.rLast.Sub(r.rFirst) < max(rampupRoundMin, r.wait) {
 		return
 	}
-	if !r.tookEffect() || r.rate < r.good || r.rate == r.good && r.settled() {
+	switch {
+	case r.rate < r.good:
+		// Below G outside a drain (a ceiling that rose: the slots' at a
+		// latency that came down): back to G.
+		r.set(now, cfg, gc, r.good)
+		return
+	case !r.tookEffect() || r.rate == r.good && r.settled():
 		r.set(now, cfg, gc, r.rate) // nothing to prove, or to wait for the probe: a new round
 		return
 	}
