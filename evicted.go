@@ -132,7 +132,7 @@ func (m *ThrottlingManager) restore(ev *eviction, s *scope, h uint64, now time.T
 		return
 	}
 	if ds, ok := s.mgr.(*defaultScope); ok {
-		ds.holdUntil(at, gate)
+		ds.holdUntil(now, at, gate)
 		return
 	}
 	hu := &heldUntil{ScopeManager: s.mgr, at: at, why: ReasonDelay}
@@ -145,15 +145,21 @@ func (m *ThrottlingManager) restore(ev *eviction, s *scope, h uint64, now time.T
 	}
 }
 
-// holdUntil makes a new scope's next start no earlier than at: a server
-// gate when gate, else the gap after a previous start that ends at at,
-// which the scope's rules then report as its delay.
-func (s *defaultScope) holdUntil(at time.Time, gate bool) {
+// holdUntil makes a new scope's next start, at now, no earlier than at:
+// a server gate when gate, else the gap after a previous start that ends
+// at at, which the scope's rules then report as its delay. The previous
+// start is put at now and the gap stretched to at (a start in the future
+// would read as a clock that went back, see admission.State.Check).
+func (s *defaultScope) holdUntil(now, at time.Time, gate bool) {
 	if gate {
 		s.adm.SetGate(at)
 		return
 	}
-	s.adm.Started, s.adm.LastStart = true, at.Add(-s.lim.Gap)
+	s.adm.Started, s.adm.LastStart = true, now
+	s.lim.Gap = at.Sub(now)
+	if s.effDelay > 0 {
+		s.jitter = float64(s.lim.Gap) / float64(s.effDelay) // what a refresh keeps
+	}
 }
 
 // heldUntil is a ScopeManager other than the default one, re-created after

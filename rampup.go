@@ -201,15 +201,16 @@ const (
 // rampup is the learned rampup state of one scope: the pace controller
 // described at the top of this file, with time passed in.
 type rampup struct {
-	rate  float64       // R, starts per second; 0 before the first answer (the configured pace)
-	good  float64       // G: the fastest rate proven; 0: none
-	bad   float64       // B: the slowest rate refused since; 0: none
-	prevG float64       // G before it last rose
-	best  float64       // the highest G ever
-	gAt   time.Time     // when G was last set
-	gOK   int           // successes since gAt
-	lat   time.Duration // smoothed latency of successes
-	step  float64       // the next climb above G past B (a fraction); 0: slow start
+	rate     float64       // R, starts per second; 0 before the first answer (the configured pace)
+	good     float64       // G: the fastest rate proven; 0: none
+	bad      float64       // B: the slowest rate refused since; 0: none
+	prevG    float64       // G before it last rose
+	best     float64       // the highest G ever
+	gAt      time.Time     // when G was last set
+	gOK      int           // successes since gAt
+	measured bool          // G was measured (rule 5, 7), not proven by a round
+	lat      time.Duration // smoothed latency of successes
+	step     float64       // the next climb above G past B (a fraction); 0: slow start
 
 	changed time.Time // when R last changed: the round's start
 	cut     time.Time // when R last fell: older refusals are the event answered
@@ -372,13 +373,21 @@ func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float6
 func (r *rampup) settleAt(now time.Time, cfg *ScopeConfig, gc int, s float64) {
 	r.bad = s
 	r.setGood(now, s*(1-rampupEpsilon))
+	r.measured = true
 	r.probeAt = now.Add(r.probeInterval(cfg))
 	r.set(now, cfg, gc, r.good)
 }
 
+// trusted reports whether G has held long enough (a few seconds, round
+// trips and successes) for what the server delivered since to measure
+// it.
+func (r *rampup) trusted(now time.Time) bool {
+	return r.gOK >= rampupTrustOK && now.Sub(r.gAt) >= max(rampupTrust, 4*r.lat)
+}
+
 // setGood sets G at now.
 func (r *rampup) setGood(now time.Time, g float64) {
-	r.good, r.gAt, r.gOK = g, now, 0
+	r.good, r.gAt, r.gOK, r.measured = g, now, 0, false
 }
 
 // rampupVerdict is what rampup did with an answer, for backoff.
@@ -570,12 +579,19 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		r.bad, next = r.good, r.prevG
 		r.setGood(now, r.prevG)
 		r.failed(now.Sub(r.rise))
+	case r.measured && !r.trusted(now):
+		// G was measured (a quota's cycle, a stated rate), not proven by
+		// a round: refused before it held long enough to measure again,
+		// the server's memory is still letting go (a sliding window
+		// frees its slots as it took them). G stays; the drain goes on.
+		r.drain = true
+		return
 	default:
 		// The server refuses a rate it accepted: its limit is lower, at
 		// what it delivered since G was set (over a few seconds, round
 		// trips and successes; over less, it falls by half at most).
 		floor := from / 2
-		if r.gOK >= rampupTrustOK && now.Sub(r.gAt) >= max(rampupTrust, 4*r.lat) {
+		if r.trusted(now) {
 			floor = 0
 		}
 		r.bad = from
@@ -645,6 +661,7 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 		if lo < r.good {
 			r.bad = min(nonzero(r.bad, r.good), max(hi, lo*(1+rampupEpsilon)))
 			r.setGood(now, lo*(1-rampupEpsilon))
+			r.measured = true
 			r.probeAt = now.Add(r.probeInterval(cfg))
 			r.set(now, cfg, gc, r.good)
 			return

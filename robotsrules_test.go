@@ -166,8 +166,8 @@ func (s *timedSite) RoundTrip(req *http.Request) (*http.Response, error) {
 // When robots.txt asks for a delay (Crawl-delay: 5) the fetch counts as a
 // start, the polite reading: the first page 5 s after it, the second 5 s
 // after the first. A 503 on robots.txt backs the scope off from the
-// fetch's start (a 429 under rampup too), and so does a scope already
-// backing off when robots.txt is fetched again.
+// fetch's start (a 429 under rampup too, by rampup's halved pace), and
+// so does a scope already backing off when robots.txt is fetched again.
 func TestRobotsFirstPageTiming(t *testing.T) {
 	crawl := func(t *testing.T, site *timedSite, mutate func(*Config)) *ThrottlingManager {
 		m := robotsManager(t, func(c *Config) {
@@ -260,13 +260,16 @@ func TestRobotsFirstPageTiming(t *testing.T) {
 	})
 	t.Run("429 under rampup", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			// With rampup on, rampup takes a 429, not backoff (the delay
-			// stays rampup's 1 s this early): the signal still makes the
-			// fetch a start, so the first page waits that delay after
-			// robots.txt, not 100 ms.
+			// With rampup on, rampup takes a 429, not backoff: refused
+			// before any rate was proven, it halves the configured pace
+			// (1 s to 2 s); the signal makes the fetch a start, so the
+			// first page waits that delay after robots.txt, not 100 ms.
 			site := &timedSite{robotsStatus: 429, latency: 100 * time.Millisecond}
-			crawl(t, site, func(c *Config) { c.Default.Rampup.Enabled = true })
-			assert.Equal(t, time.Second, site.pages[0])
+			m := crawl(t, site, func(c *Config) { c.Default.Rampup.Enabled = true })
+			assert.Equal(t, 2*time.Second, site.pages[0])
+			b := scopeStat(m.Stats(), "shop.example")
+			require.NotNil(t, b)
+			assert.Zero(t, b.BackoffDelay, "rampup's, not backoff's")
 		})
 	})
 }

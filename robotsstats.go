@@ -12,7 +12,12 @@ func (m *ThrottlingManager) robotsStats(rs *RobotsStats) {
 	rs.Enabled, rs.Client, rs.Enforce = true, c.cfg.Client != nil, c.cfg.Enforce
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	rs.Origins, rs.Delays = len(c.origins), len(c.hosts)
+	rs.Origins = len(c.origins)
+	for _, h := range c.hosts {
+		if h.delay > 0 {
+			rs.Delays++
+		}
+	}
 	for _, e := range c.origins {
 		switch {
 		case !e.ready && e.robots == nil && e.failures == 0:

@@ -76,7 +76,7 @@ func TestSpentQuotaUntested(t *testing.T) {
 	p.now = p.now.Add(2 * time.Second) // past the reset
 	p.request(10*ms, Feedback{Status: 200})
 	assert.Equal(t, quotaUnknown, p.s.quota.kind, "started after the reset: the quota may have been refilled")
-	assert.True(t, p.s.quota.probe.IsZero(), "the test is dropped")
+	assert.Zero(t, p.s.quota.probe, "the test is dropped")
 	p.request(10*ms, spentAnswer(time.Second)) // a new test
 	p.now = p.now.Add(100 * ms)
 	p.request(10*ms, Feedback{Status: 200})
@@ -92,4 +92,60 @@ func TestSpentQuotaHostileReset(t *testing.T) {
 	p.request(10*ms, spentAnswer(1<<62))
 	require.False(t, p.gatedUntil().IsZero())
 	assert.Equal(t, p.now.Add(cfg.Backoff.MaxDelay), p.gatedUntil())
+}
+
+// TestSpentQuotaRemainingGrows: a remaining count that grows before the
+// reset the last answer named says the quota slides (a fixed window's
+// count only falls until its reset), at once and with no refusal; one
+// that grows at the reset says nothing.
+func TestSpentQuotaRemainingGrows(t *testing.T) {
+	left := func(n int64, wait time.Duration) Feedback {
+		return Feedback{Status: 200, Wait: wait, HasWait: true, Remaining: n, HasRemaining: true}
+	}
+	p := newPolicy(t, backoffConfig())
+	p.request(10*ms, left(3, 10*time.Second))
+	p.now = p.now.Add(time.Second)
+	p.request(10*ms, left(2, 9*time.Second))
+	assert.Equal(t, quotaUnknown, p.s.quota.kind, "falling: no telling yet")
+	p.now = p.now.Add(time.Second)
+	p.request(10*ms, left(4, 8*time.Second)) // grew before the reset
+	assert.Equal(t, quotaSliding, p.s.quota.kind)
+
+	q := newPolicy(t, backoffConfig())
+	q.request(10*ms, left(1, 2*time.Second))
+	q.now = q.now.Add(3 * time.Second) // past the reset: a new window, full again
+	q.request(10*ms, left(9, 10*time.Second))
+	assert.Equal(t, quotaUnknown, q.s.quota.kind)
+}
+
+// TestSpentQuotaAfterGate: the first answer after a fixed quota's gate
+// ends tests it again: a fixed window is full then, so a refusal, or a
+// success that says the quota is spent again, says it slides.
+func TestSpentQuotaAfterGate(t *testing.T) {
+	for _, fb := range []Feedback{spentAnswer(2 * time.Second), {Status: 429}} {
+		p := newPolicy(t, backoffConfig())
+		p.s.quota.kind = quotaFixed
+		p.request(10*ms, spentAnswer(2*time.Second))
+		end := p.gatedUntil()
+		require.False(t, end.IsZero(), "a fixed quota's spent answer gates")
+		p.now = end
+		p.request(10*ms, fb)
+		assert.Equal(t, quotaSliding, p.s.quota.kind, "status %d", fb.Status)
+	}
+	p := newPolicy(t, backoffConfig())
+	p.s.quota.kind = quotaFixed
+	p.request(10*ms, spentAnswer(2*time.Second))
+	p.now = p.gatedUntil()
+	p.request(10*ms, Feedback{Status: 200, Remaining: 59, HasRemaining: true})
+	assert.Equal(t, quotaFixed, p.s.quota.kind, "full again after its reset: fixed")
+}
+
+// TestSpentQuotaUnderRampup: with rampup on, a spent answer gates
+// nothing: rampup paces under the limit, and a sliding quota's reset,
+// rounded up to a second, would cost a second a request.
+func TestSpentQuotaUnderRampup(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.s.quota.kind = quotaFixed
+	p.request(10*ms, spentAnswer(5*time.Second))
+	assert.True(t, p.gatedUntil().IsZero())
 }
