@@ -451,7 +451,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		r.hint = min(s, r.hint)
 		r.hinted, r.stated, r.soft = r.hint, r.hint, true
 		r.settleAt(now, cfg, gc, r.hint)
-	case !ans.policy && r.bad == 0 && r.step == 0 && s > r.good:
+	case !ans.policy && r.step == 0 && s > r.good && (r.bad == 0 || s < r.bad):
 		// A hint, in the slow start: bisect towards it rather than
 		// double past it (a rate the server accepts past it is climbed
 		// to as past any ceiling).
@@ -584,7 +584,9 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// a round: refused before it held long enough to measure again,
 		// the server's memory is still letting go (a sliding window
 		// frees its slots as it took them). G stays; the drain goes on.
-		r.drain = true
+		if !r.drain {
+			r.drain, r.drainAt = true, now
+		}
 		return
 	default:
 		// The server refuses a rate it accepted: its limit is lower, at
@@ -643,7 +645,7 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 	}
 	// The drain ended between the start of the last refused request
 	// and that of this success (started).
-	accept, dead := r.drainAt.Sub(r.accAt), started.Sub(r.drainAt)
+	accept, dead := max(r.drainAt.Sub(r.accAt), 0), started.Sub(r.drainAt)
 	deadLo := max(r.lastNo.Sub(r.drainAt), 0)
 	n := r.accOK - 1 // this success opens the next cycle
 	r.accAt, r.accOK = started, 1
