@@ -306,8 +306,8 @@ func TestLimitersRefuse(t *testing.T) {
 }
 
 // watch records a line on m's scopes (effective delay and concurrency:
-// rampup's, backoff's) every period until the function it
-// returns is called, which returns the lines.
+// rampup's, backoff's; the counts, robots.txt fetches apart) every period
+// until the function it returns is called, which returns the lines.
 func watch(m *throttle.ThrottlingManager, period time.Duration) func() []string {
 	var lines []string
 	start := time.Now()
@@ -323,8 +323,8 @@ func watch(m *throttle.ThrottlingManager, period time.Duration) func() []string 
 			case <-tick.C:
 			}
 			for _, sc := range m.Stats().Scopes {
-				lines = append(lines, fmt.Sprintf("  %5.1f s: delay %v, concurrency %d, backoff delay %v, waits for %v; %d requests, %d signals",
-					time.Since(start).Seconds(), sc.Delay, sc.Concurrency, sc.BackoffDelay, sc.Reason, sc.Counts.Requests, sc.Counts.Signals))
+				lines = append(lines, fmt.Sprintf("  %5.1f s: delay %v, concurrency %d, backoff delay %v, waits for %v; %d requests, %d signals, %d robots.txt",
+					time.Since(start).Seconds(), sc.Delay, sc.Concurrency, sc.BackoffDelay, sc.Reason, sc.Counts.Requests, sc.Counts.Signals, sc.Counts.Robots))
 			}
 		}
 	}()
