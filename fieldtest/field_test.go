@@ -36,9 +36,9 @@ const (
 // servers, or of child processes outlive the tests.
 //
 // The cases wait on the network, not the CPU, and must all run at once for
-// the suite to take a little over 2 minutes: unless -parallel is given, it is
-// raised to at least the number of cases (its default, GOMAXPROCS, may be
-// 2).
+// the suite to take a little over 2 minutes: unless -parallel is given,
+// it is raised to at least the number of cases (its default, GOMAXPROCS,
+// may be 2).
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		// A worker process of TestFleetColdStart.
