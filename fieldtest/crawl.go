@@ -113,6 +113,9 @@ const (
 	// ReachFraction is the fraction of the limit that Summary.Reach waits
 	// for.
 	ReachFraction = 0.8
+	// ColdFraction is the fraction of the limit that Summary.Cold waits
+	// for.
+	ColdFraction = 0.9
 )
 
 // Summary holds the figures of a crawl against a server with a known
@@ -131,6 +134,14 @@ type Summary struct {
 	// if it never was.
 	Reach   time.Duration
 	Reached bool
+	// Cold is the first time at which the 2xx answers in the trailing
+	// window (t-SteadyFrom, t], over SteadyFrom, were at least
+	// ColdFraction of Limit, the time before the crawl counting as no
+	// answers: with SteadyFrom at 60 s, the cold start of package
+	// internal/sim (ColdStart90: 90 % of the limit over a trailing
+	// minute). ColdReached is false if they never were.
+	Cold        time.Duration
+	ColdReached bool
 	// SteadyFrom is the start of the steady part [SteadyFrom, End]:
 	// the constant SteadyFrom, or End/2 for a crawl shorter than twice
 	// that.
@@ -141,6 +152,10 @@ type Summary struct {
 	// SteadySignalsPerMin is the number of signals per minute over
 	// [SteadyFrom, End].
 	SteadySignalsPerMin float64
+	// LastThirdRate is the 2xx rate (per second) over the last third of
+	// the crawl, (End - End/3, End], and LastThirdFraction that rate
+	// over Limit.
+	LastThirdRate, LastThirdFraction float64
 	// Requests counts the responses; OK the 2xx ones, Signals the 429 and
 	// 503 ones, Other the rest.
 	Requests, OK, Signals, Other int
@@ -185,7 +200,8 @@ func SummarizeUntil(samples []Sample, limit float64, end time.Duration) Summary 
 	n := max(1, int((s.End+BucketWidth-1)/BucketWidth))
 	okPer := make([]int, n)
 	var okTimes []time.Duration
-	var steadyOK, steadySignals int
+	lastThird := s.End - s.End/3
+	var steadyOK, steadySignals, lastOK int
 	for _, x := range samples {
 		if x.Err != nil {
 			if x.Shutdown {
@@ -209,6 +225,9 @@ func SummarizeUntil(samples []Sample, limit float64, end time.Duration) Summary 
 			if steady {
 				steadyOK++
 			}
+			if x.At > lastThird {
+				lastOK++
+			}
 		case isSignal(x.Status):
 			s.Signals++
 			if steady {
@@ -224,17 +243,10 @@ func SummarizeUntil(samples []Sample, limit float64, end time.Duration) Summary 
 			s.Buckets = append(s.Buckets, float64(c)/width.Seconds())
 		}
 	}
-	// Reach: the first 2xx at which the 2xx answers in (t-BucketWidth, t]
-	// are enough.
-	need := ReachFraction * limit * BucketWidth.Seconds()
-	for i, j := 0, 0; i < len(okTimes); i++ {
-		for okTimes[j] <= okTimes[i]-BucketWidth {
-			j++
-		}
-		if float64(i-j+1) >= need {
-			s.Reach, s.Reached = okTimes[i], true
-			break
-		}
+	s.Reach, s.Reached = firstReach(okTimes, BucketWidth, ReachFraction*limit)
+	s.Cold, s.ColdReached = firstReach(okTimes, s.SteadyFrom, ColdFraction*limit)
+	if third := s.End - lastThird; third > 0 {
+		s.LastThirdRate = float64(lastOK) / third.Seconds()
 	}
 	if steadyDur := s.End - s.SteadyFrom; steadyDur > 0 {
 		s.SteadyRate = float64(steadyOK) / steadyDur.Seconds()
@@ -242,8 +254,27 @@ func SummarizeUntil(samples []Sample, limit float64, end time.Duration) Summary 
 	}
 	if limit > 0 {
 		s.SteadyFraction = s.SteadyRate / limit
+		s.LastThirdFraction = s.LastThirdRate / limit
 	}
 	return s
+}
+
+// firstReach returns the first of okTimes (sorted) at which the answers
+// in the trailing window (t-window, t] were at least rate per second over
+// the window, and whether there was one.
+func firstReach(okTimes []time.Duration, window time.Duration, rate float64) (time.Duration, bool) {
+	// The epsilon keeps a product like 0.9 x 60 from rounding up past a
+	// whole number.
+	need := rate*window.Seconds() - 1e-9
+	for i, j := 0, 0; i < len(okTimes); i++ {
+		for okTimes[j] <= okTimes[i]-window {
+			j++
+		}
+		if float64(i-j+1) >= need {
+			return okTimes[i], true
+		}
+	}
+	return 0, false
 }
 
 // String returns the figures on a few lines.
@@ -260,6 +291,13 @@ func (s Summary) String() string {
 	} else {
 		fmt.Fprintf(&b, "trailing-%v 2xx rate never reached %.0f%% of the limit\n", BucketWidth, 100*ReachFraction)
 	}
+	if s.ColdReached {
+		fmt.Fprintf(&b, "trailing-%.0fs 2xx rate reached %.0f%% of the limit at %.1f s\n", s.SteadyFrom.Seconds(), 100*ColdFraction, s.Cold.Seconds())
+	} else {
+		fmt.Fprintf(&b, "trailing-%.0fs 2xx rate never reached %.0f%% of the limit\n", s.SteadyFrom.Seconds(), 100*ColdFraction)
+	}
+	fmt.Fprintf(&b, "last third (%.0f s, %.0f s]: 2xx %.2f/s = %.0f%% of the limit\n",
+		(s.End - s.End/3).Seconds(), s.End.Seconds(), s.LastThirdRate, 100*s.LastThirdFraction)
 	fmt.Fprintf(&b, "[%.0f s, %.0f s]: 2xx %.2f/s = %.0f%% of the limit, %.2f signals/min\n",
 		s.SteadyFrom.Seconds(), s.End.Seconds(), s.SteadyRate, 100*s.SteadyFraction, s.SteadySignalsPerMin)
 	statuses := make([]int, 0, len(s.Statuses))

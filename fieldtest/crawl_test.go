@@ -46,6 +46,15 @@ func TestSummarize(t *testing.T) {
 	require.True(t, s.Reached)
 	assert.InDelta(t, 37.4, s.Reach.Seconds(), 1e-9)
 	assert.Equal(t, 60*time.Second, s.SteadyFrom)
+	// 90 % of 5/s over 60 s is 270 2xx. From t = 60 s on, the window
+	// (t-60 s, t] holds the 1/s answers after t-60 s (29 - floor(t-60)
+	// of them) and the 5/s ones from 30 s: 7 + 263 = 270 at t = 82.4 s;
+	// 269 at 82.2 s.
+	require.True(t, s.ColdReached)
+	assert.InDelta(t, 82.4, s.Cold.Seconds(), 1e-9)
+	// (80 s, 120 s]: 5/s but for the 2xx at 80 s, none at 120 s.
+	assert.InDelta(t, 199.0/40, s.LastThirdRate, 1e-9)
+	assert.InDelta(t, 199.0/40/5, s.LastThirdFraction, 1e-9)
 	assert.InDelta(t, 5, s.SteadyRate, 0.01)
 	assert.InDelta(t, 1, s.SteadyFraction, 0.01)
 	// 429 at 60.01 s and 90.01 s, 503 at 70 s: 3 in a minute.
@@ -59,6 +68,22 @@ func TestSummarize(t *testing.T) {
 
 	short := Summarize(samples[:10], 5)
 	assert.Equal(t, short.End/2, short.SteadyFrom, "a short crawl's steady part is its second half")
+	// Its cold window too: 90 % of 5/s over 4.5 s is 20.25 2xx, and
+	// (t-4.5 s, t] holds 5 at most.
+	assert.Equal(t, 9*time.Second, short.End)
+	assert.False(t, short.ColdReached)
+	// The first 60 s: a cold window of 30 s, 135 2xx. (t-30 s, t] holds
+	// 3 of the 1/s answers and 132 of the 5/s ones at t = 56.2 s; 134 at
+	// 56 s.
+	var first []Sample
+	for _, x := range samples {
+		if x.At <= 60*time.Second {
+			first = append(first, x)
+		}
+	}
+	half := SummarizeUntil(first, 5, 60*time.Second)
+	require.True(t, half.ColdReached)
+	assert.InDelta(t, 56.2, half.Cold.Seconds(), 1e-9)
 	assert.False(t, Summarize(nil, 5).Reached)
 }
 

@@ -7,14 +7,19 @@
 //
 // # Run
 //
-// From the repository root (go.work includes this module):
+// The whole suite (the fixed cases, the random cases, the fleet and the
+// fidelity check) is one command, from the repository root (go.work
+// includes this module); -v prints every case's figures:
 //
-//	THROTTLE_FIELD=1 go test -v -count=1 github.com/crawlerkit/throttle/fieldtest
+//	THROTTLE_FIELD=1 go test -count=1 ./fieldtest/
 //
-// Each case crawls for 2 minutes and the cases run in parallel, so the
-// suite takes about 2 minutes; THROTTLE_FIELD_DURATION=30s shortens the
+// Each case crawls for 2 minutes and every case runs at once (TestMain
+// raises -parallel to their number), so the suite takes a little over 2
+// minutes of wall time (2m08s-2m22s in three runs on 2 busy cores, the
+// build included), and must take no more than 8. THROTTLE_FIELD_DURATION=30s shortens the
 // crawls for a quick local run (the steady part of a crawl shorter than
-// 2 minutes is its second half). Without THROTTLE_FIELD=1 or
+// 2 minutes is its second half, and its first half stands for the first
+// minute everywhere below). Without THROTTLE_FIELD=1 or
 // THROTTLE_REQUIRE_FIELD=1 every test skips. The servers need the Debian
 // packages nginx and haproxy; when a binary is missing its tests skip,
 // or fail under THROTTLE_REQUIRE_FIELD=1 (as CI sets it).
@@ -36,6 +41,37 @@
 // asserts loose bounds over [60 s, end]: a 2xx rate of at least 0.8 of the
 // limit and at most 4 backoff signals per minute, and no transport errors
 // before the crawl's end.
+//
+// # Random cases
+//
+// Besides the fixed cases, TestFieldRandom draws 4 limiter shapes at each
+// run, 2 of nginx and 2 of HAProxy, from the space of package
+// internal/sim's grid (a sim.Shape each, configured by [NginxFor] and
+// [HAProxyFor]), by a seeded math/rand/v2 generator, stratified within
+// each server (each parameter's range cut in two halves, one shape in
+// each): limits of 0.5-20 req/s (nginx per minute below 2 req/s),
+// refusals 429 or 503, no Retry-After or one of 1-5 s, robots.txt on or
+// off; nginx with a burst of 0-10, in nodelay or delay mode; HAProxy over
+// a period of 1-10 s. The servers answer at once. With robots.txt on, the
+// crawl's Config has Robots.Enabled and the throttle fetches /robots.txt
+// through its Transport; both servers answer it 404 behind their limiter,
+// which counts it as any request, as a site without robots.txt does.
+//
+// The test prints the seed first, and at the end a table of each case's
+// figures; THROTTLE_FIELD_SEED=<seed> replays a draw:
+//
+//	THROTTLE_FIELD=1 THROTTLE_FIELD_SEED=42 go test -count=1 -v -run TestFieldRandom ./fieldtest/
+//
+// Each case is crawled as a fixed case is, and must meet the grid's
+// targets: a 2xx rate of at least 0.9 of the limit over the last third of
+// the crawl; 90 % of the limit within 60 s (the first time the 2xx
+// answers in a trailing 60 s, over 60 s, are 90 % of the limit, the time
+// before the crawl counting as none: [Summary].Cold); at most 2 refusals
+// (429 and 503) a minute after the first minute; no transport errors. A
+// crawl shorter than 2 minutes takes half its length for the minute of
+// the last two bounds. A failure names the shape (sim.Shape.Name: the
+// limiter's sim.Limiter.String, "-robots" with robots.txt on) and the
+// seed, and prints the [Summary].
 //
 // # The fleet
 //

@@ -36,8 +36,9 @@ const (
 // servers, or of child processes outlive the tests.
 //
 // The cases wait on the network, not the CPU, and must all run at once for
-// the suite to take 2 minutes: unless -parallel is given, it is raised to
-// at least the number of cases (its default, GOMAXPROCS, may be 2).
+// the suite to take a little over 2 minutes: unless -parallel is given,
+// it is raised to at least the number of cases (its default, GOMAXPROCS,
+// may be 2).
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		// A worker process of TestFleetColdStart.
@@ -51,9 +52,12 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if p := flag.Lookup("test.parallel"); p != nil && !set {
-		// TestField, its cases and TestFleetColdStart.
-		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < len(fieldCases)+2 {
-			_ = p.Value.Set(strconv.Itoa(len(fieldCases) + 2))
+		// The cases of TestField and TestFieldRandom, TestFleetColdStart
+		// and TestFidelity. A test waiting for its parallel subtests
+		// holds no slot.
+		need := len(fieldCases) + randomCases + 2
+		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < need {
+			_ = p.Value.Set(strconv.Itoa(need))
 		}
 	}
 	code := m.Run()
@@ -212,25 +216,8 @@ func TestField(t *testing.T) {
 		t.Run(fc.name, func(t *testing.T) {
 			SkipUnlessEnabled(t)
 			t.Parallel()
-			d := crawlDuration(t)
 			url := fc.start(t, "")
-
-			cfg := APIConfig()
-			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
-			m, err := throttle.New(cfg)
-			require.NoError(t, err)
-			base := http.DefaultTransport.(*http.Transport).Clone()
-			base.MaxIdleConnsPerHost = workers
-			client := &http.Client{Transport: m.Transport(base)}
-
-			t.Logf("crawling %s (limit %.1f req/s) with %d workers for %v", url, fc.limit, workers, d)
-			states := watch(m, BucketWidth)
-			samples := Crawl(t.Context(), client, url, workers, d)
-			base.CloseIdleConnections()
-			t.Logf("%s: the throttle's scope every %v:\n%s", fc.name, BucketWidth, strings.Join(states(), "\n"))
-
-			s := SummarizeUntil(samples, fc.limit, d)
-			t.Logf("%s:\n%s", fc.name, s)
+			s := crawlServer(t, fc.name, url, fc.limit, APIConfig())
 			assert.GreaterOrEqual(t, s.SteadyFraction, minSteadyFraction,
 				"2xx rate over [%v, end] as a fraction of the limit", s.SteadyFrom)
 			assert.LessOrEqual(t, s.SteadySignalsPerMin, maxSignalsPerMin,
@@ -238,6 +225,32 @@ func TestField(t *testing.T) {
 			assert.Zero(t, s.Errors, "transport errors before the end: %v", s.FirstErrors)
 		})
 	}
+}
+
+// crawlServer crawls url, a server whose limit is limit req/s, with
+// workers goroutines through one client whose Transport is a
+// ThrottlingManager's, configured by cfg, for crawlDuration; it logs the
+// throttle's scope every BucketWidth and the crawl's figures under name,
+// and returns them.
+func crawlServer(t *testing.T, name, url string, limit float64, cfg throttle.Config) Summary {
+	t.Helper()
+	d := crawlDuration(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	m, err := throttle.New(cfg)
+	require.NoError(t, err)
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = workers
+	client := &http.Client{Transport: m.Transport(base)}
+
+	t.Logf("crawling %s (limit %.2f req/s) with %d workers for %v", url, limit, workers, d)
+	states := watch(m, BucketWidth)
+	samples := Crawl(t.Context(), client, url, workers, d)
+	base.CloseIdleConnections()
+	t.Logf("%s: the throttle's scope every %v:\n%s", name, BucketWidth, strings.Join(states(), "\n"))
+
+	s := SummarizeUntil(samples, limit, d)
+	t.Logf("%s:\n%s", name, s)
+	return s
 }
 
 // TestLimitersRefuse checks each server's configuration without the
@@ -293,8 +306,8 @@ func TestLimitersRefuse(t *testing.T) {
 }
 
 // watch records a line on m's scopes (effective delay and concurrency:
-// rampup's, backoff's) every period until the function it
-// returns is called, which returns the lines.
+// rampup's, backoff's; the counts, robots.txt fetches apart) every period
+// until the function it returns is called, which returns the lines.
 func watch(m *throttle.ThrottlingManager, period time.Duration) func() []string {
 	var lines []string
 	start := time.Now()
@@ -310,8 +323,8 @@ func watch(m *throttle.ThrottlingManager, period time.Duration) func() []string 
 			case <-tick.C:
 			}
 			for _, sc := range m.Stats().Scopes {
-				lines = append(lines, fmt.Sprintf("  %5.1f s: delay %v, concurrency %d, backoff delay %v, waits for %v; %d requests, %d signals",
-					time.Since(start).Seconds(), sc.Delay, sc.Concurrency, sc.BackoffDelay, sc.Reason, sc.Counts.Requests, sc.Counts.Signals))
+				lines = append(lines, fmt.Sprintf("  %5.1f s: delay %v, concurrency %d, backoff delay %v, waits for %v; %d requests, %d signals, %d robots.txt",
+					time.Since(start).Seconds(), sc.Delay, sc.Concurrency, sc.BackoffDelay, sc.Reason, sc.Counts.Requests, sc.Counts.Signals, sc.Counts.Robots))
 			}
 		}
 	}()

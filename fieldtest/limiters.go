@@ -39,6 +39,7 @@ const (
 	portAttempts = 5                        // free ports tried per start
 	logTail      = 4 << 10                  // bytes of a server's log quoted in errors
 	healthPath   = "/healthz"               // answered by every server without rate limiting
+	robotsPath   = "/robots.txt"            // answered 404 by nginx and HAProxy, behind their limiter
 	pagePath     = "/"                      // the rate-limited page that a crawl fetches
 	pageBody     = "field test page\n"      // the static file nginx serves
 	localhost    = "127.0.0.1"              // every server listens here only
@@ -79,7 +80,9 @@ func lookBinary(tb testing.TB, name, pkg string) string {
 //	limit_req zone=z burst=<Burst> nodelay;   (without nodelay with Delay, then delay=<DelayAfter>)
 //
 // so a client gets 1 + Burst requests at once, then Rate per second; the
-// requests it refuses do not count.
+// requests it refuses do not count. Every path but the health check's is
+// limited: /robots.txt is a 404 (there is no such file), counted like any
+// request.
 type NginxOptions struct {
 	// Rate is the limit in requests per second (limit_req_zone rate),
 	// or per minute with PerMinute. Zero means 5.
@@ -185,6 +188,7 @@ http {
   server {
     listen %[4]s:%[2]d;
     root %[1]s/www;
+    log_not_found off; # /robots.txt: a 404, not an error
 %[9]s    location = %[5]s { return 204; }
     location / {
       %[6]s
@@ -255,9 +259,12 @@ func StartNginx(tb testing.TB, opts NginxOptions) string {
 //	stick-table type ip size 100k expire 30s store http_req_rate(<Period>)
 //	http-request track-sc0 src
 //	http-request deny deny_status <Status> if { sc_http_req_rate(0) gt <Requests> }
+//	http-request return status 404 content-type text/plain string "no robots.txt" if { path /robots.txt }
 //	http-request return status 200 content-type text/plain string ok
 //
 // Refused requests count too: a client that keeps knocking stays refused.
+// Every path but the health check's is limited; /robots.txt is a 404, as
+// on a site without one, and counts like any request.
 type HAProxyOptions struct {
 	// Requests is the number of requests allowed per Period. Zero means
 	// 50.
@@ -336,8 +343,9 @@ frontend fe
   stick-table type ip size 100k expire 30s store http_req_rate(%[4]dms)
   http-request track-sc0 src
 %[8]s  http-request deny deny_status %[5]d%[9]s if { sc_http_req_rate(0) gt %[6]d }
+  http-request return status 404 content-type text/plain string "no robots.txt" if { path %[13]s }
   http-request return status 200 content-type text/plain string ok
-`, localhost, port, healthPath, o.Period.Milliseconds(), o.Status, o.Requests, logs, mark, hdr, global, o.logGlobal(), o.logDefaults())
+`, localhost, port, healthPath, o.Period.Milliseconds(), o.Status, o.Requests, logs, mark, hdr, global, o.logGlobal(), o.logDefaults(), robotsPath)
 }
 
 // logGlobal and logDefaults return the log lines of the global and

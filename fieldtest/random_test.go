@@ -1,0 +1,300 @@
+package fieldtest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/crawlerkit/throttle/internal/sim"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The random cases: besides the fixed cases, each run of the suite draws
+// randomCases limiter shapes of nginx and HAProxy from a seed it prints,
+// and crawls each as a fixed case, with robots.txt on for some.
+const (
+	// seedEnv names the environment variable that replays a draw: the
+	// seed TestFieldRandom printed, a decimal uint64.
+	seedEnv = "THROTTLE_FIELD_SEED"
+	// randomCases is the number of shapes drawn, half of them nginx's.
+	randomCases = 4
+
+	// The space drawn from: the grid's (sim.GridShapes) for nginx and
+	// HAProxy, at limits a crawl of a few minutes can measure.
+	randomMinLimit   = 0.5 // req/s
+	randomMaxLimit   = 20  // req/s
+	randomMaxBurst   = 10  // nginx
+	randomMaxRetry   = 5   // s of Retry-After, when there is one
+	randomMaxPeriod  = 10  // s of HAProxy's http_req_rate
+	randomDrawStream = 0x6669656c64
+
+	// The bounds of each random case, the grid's targets (sim.Shape's
+	// Targets) over a crawl of the suite's duration: the 2xx rate over
+	// the last third of the crawl is at least randomMinShare of the
+	// limit; over the trailing window of Summary.Cold (60 s, or half a
+	// shorter crawl), it reaches ColdFraction of the limit within that
+	// window's length; and there are at most randomMaxSignals refusals
+	// (429 and 503) a minute after it.
+	randomMinShare   = 0.9
+	randomMaxSignals = 2.0
+)
+
+// fieldKinds are the limiters the random cases draw, in turn.
+var fieldKinds = []sim.LimiterKind{sim.KindNginx, sim.KindHAProxy}
+
+// drawShapes draws n shapes of real limiters from seed, as many of
+// nginx's limit_req as of HAProxy's http_req_rate (one more of either
+// when n is odd), by Latin hypercube within each kind: each parameter's
+// range is cut into as many strata as the kind has shapes, each stratum
+// used once. The parameters: limits of randomMinLimit-randomMaxLimit
+// req/s (on a log scale), refused with 429 or 503, without Retry-After or
+// with one of 1-randomMaxRetry s, robots.txt on or off; nginx per second
+// (per minute below 2 req/s) with a burst of 0-randomMaxBurst, in nodelay
+// or delay mode; HAProxy over a period of 1-randomMaxPeriod s. The
+// servers answer at once (no Latency). The same seed gives the same
+// shapes.
+func drawShapes(seed uint64, n int) []sim.Shape {
+	rng := rand.New(rand.NewPCG(seed, randomDrawStream))
+	strata := func(m int) []float64 { // m points of [0, 1), one per stratum, shuffled
+		u := make([]float64, m)
+		for i, p := range rng.Perm(m) {
+			u[i] = (float64(p) + rng.Float64()) / float64(m)
+		}
+		return u
+	}
+	first := rng.IntN(len(fieldKinds))
+	shapes := make([]sim.Shape, 0, n)
+	for k := range fieldKinds {
+		kind := fieldKinds[(first+k)%len(fieldKinds)]
+		m := (n + len(fieldKinds) - 1 - k) / len(fieldKinds)
+		limit, burst, mode, period, status, retry, robots := strata(m), strata(m), strata(m), strata(m), strata(m), strata(m), strata(m)
+		for i := range m {
+			rate := randomMinLimit * math.Pow(randomMaxLimit/randomMinLimit, limit[i])
+			l := sim.Limiter{Kind: kind, Status: http.StatusServiceUnavailable}
+			switch kind {
+			case sim.KindNginx:
+				l.Period = time.Second
+				if rate < 2 {
+					l.Period = time.Minute
+				}
+				l.Burst = min(randomMaxBurst, int(burst[i]*(randomMaxBurst+1)))
+				l.NoDelay = mode[i] >= 0.5
+			case sim.KindHAProxy:
+				l.Period = time.Duration(1+min(randomMaxPeriod-1, int(period[i]*randomMaxPeriod))) * time.Second
+			}
+			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
+			if status[i] >= 0.5 {
+				l.Status = http.StatusTooManyRequests
+			}
+			if retry[i] >= 0.5 {
+				l.RetryAfter = time.Duration(1+min(randomMaxRetry-1, int((retry[i]-0.5)*2*randomMaxRetry))) * time.Second
+			}
+			shapes = append(shapes, sim.Shape{Limiter: l, Robots: robots[i] < 0.5})
+		}
+	}
+	return shapes
+}
+
+// randomSeed returns the seed of seedEnv, or a new one.
+func randomSeed(t *testing.T) uint64 {
+	v := os.Getenv(seedEnv)
+	if v == "" {
+		return rand.Uint64()
+	}
+	seed, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: want a decimal seed, as TestFieldRandom prints it", seedEnv, v)
+	}
+	return seed
+}
+
+// randomResult is the figures of one random case, for the run's table.
+type randomResult struct {
+	shape  sim.Shape
+	s      Summary
+	failed bool
+}
+
+// TestFieldRandom crawls randomCases shapes drawn by drawShapes from a
+// seed it prints (THROTTLE_FIELD_SEED replays a draw), each as a case of
+// TestField, in parallel with them, with robots.txt handling on where
+// the shape says so (the server answers /robots.txt 404, counted by its
+// limiter). It checks the random cases' bounds (randomMinShare,
+// ColdFraction within the cold window, randomMaxSignals) and prints a
+// table of every case's figures at the end.
+func TestFieldRandom(t *testing.T) {
+	SkipUnlessEnabled(t)
+	t.Parallel() // beside TestField, TestFleetColdStart and TestFidelity
+	seed := randomSeed(t)
+	shapes := drawShapes(seed, randomCases)
+	replay := fmt.Sprintf("%s=%d", seedEnv, seed)
+	names := make([]string, len(shapes))
+	for i, sh := range shapes {
+		names[i] = sh.Name()
+	}
+	t.Logf("seed %d (replay with %s): %s", seed, replay, strings.Join(names, ", "))
+	results := make([]*randomResult, len(shapes))
+	t.Cleanup(func() { // after the subtests
+		t.Logf("seed %d (replay with %s):\n%s", seed, replay, randomTable(results))
+	})
+	for i, sh := range shapes {
+		t.Run(sh.Name(), func(t *testing.T) {
+			t.Parallel()
+			url := startShape(t, sh.Limiter)
+			cfg := APIConfig()
+			cfg.Robots.Enabled = sh.Robots
+			s := crawlServer(t, sh.Name(), url, sh.Limit(), cfg)
+			what := fmt.Sprintf("shape %s, seed %d (replay with %s)", sh.Name(), seed, replay)
+			assert.GreaterOrEqual(t, s.LastThirdFraction, randomMinShare,
+				"%s: 2xx rate over the last third as a fraction of the limit", what)
+			window := s.SteadyFrom.Seconds()
+			if !s.ColdReached {
+				t.Errorf("%s: the 2xx rate over a trailing %.0f s never reached %.0f %% of the limit, want within %.0f s",
+					what, window, 100*ColdFraction, window)
+			} else if s.Cold > s.SteadyFrom {
+				t.Errorf("%s: the 2xx rate over a trailing %.0f s reached %.0f %% of the limit at %.1f s, want within %.0f s",
+					what, window, 100*ColdFraction, s.Cold.Seconds(), window)
+			}
+			assert.LessOrEqual(t, s.SteadySignalsPerMin, randomMaxSignals,
+				"%s: refusals per minute over [%.0f s, end]", what, window)
+			assert.Zero(t, s.Errors, "%s: transport errors before the end: %v", what, s.FirstErrors)
+			if t.Failed() {
+				t.Logf("%s failed:\n%s", what, s)
+			}
+			results[i] = &randomResult{shape: sh, s: s, failed: t.Failed()}
+		})
+	}
+}
+
+// startShape starts the real server of the limiter l, nginx or HAProxy,
+// and returns the URL to crawl.
+func startShape(t *testing.T, l sim.Limiter) string {
+	t.Helper()
+	if l.Kind == sim.KindNginx {
+		o, err := NginxFor(l)
+		require.NoError(t, err)
+		return StartNginx(t, o)
+	}
+	o, err := HAProxyFor(l)
+	require.NoError(t, err)
+	return StartHAProxy(t, o)
+}
+
+// randomTable returns the figures of the random cases, a line each; a
+// case that did not finish has none.
+func randomTable(results []*randomResult) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shape\tlimit (req/s)\tlast third\tto 90 % (s)\trefusals/min\trequests\t\t")
+	for _, r := range results {
+		if r == nil {
+			continue
+		}
+		s := r.s
+		cold := "never"
+		if s.ColdReached {
+			cold = fmt.Sprintf("%.1f", s.Cold.Seconds())
+		}
+		verdict := "ok"
+		if r.failed {
+			verdict = "FAILED"
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.0f %%\t%s\t%.2f\t%d\t%s\t\n", r.shape.Name(), s.Limit,
+			100*s.LastThirdFraction, cold, s.SteadySignalsPerMin, s.Requests, verdict)
+	}
+	_ = tw.Flush()
+	return b.String()
+}
+
+// TestDrawShapes checks the draw: the same seed gives the same shapes,
+// valid for the real servers, half of each kind, within the ranges, and
+// the strata of a draw cover both halves of each range.
+func TestDrawShapes(t *testing.T) {
+	for seed := range uint64(50) {
+		shapes := drawShapes(seed, randomCases)
+		require.Equal(t, shapes, drawShapes(seed, randomCases), "seed %d", seed)
+		kinds := map[sim.LimiterKind]int{}
+		var robots, retry, too int
+		for _, sh := range shapes {
+			l := sh.Limiter
+			kinds[l.Kind]++
+			if sh.Robots {
+				robots++
+			}
+			if l.RetryAfter > 0 {
+				retry++
+				assert.LessOrEqual(t, l.RetryAfter, randomMaxRetry*time.Second, "%s", sh.Name())
+			}
+			if l.Status == http.StatusTooManyRequests {
+				too++
+			}
+			switch l.Kind {
+			case sim.KindNginx:
+				_, err := NginxFor(l)
+				require.NoError(t, err, "%s", sh.Name())
+				assert.LessOrEqual(t, l.Burst, randomMaxBurst, "%s", sh.Name())
+			case sim.KindHAProxy:
+				_, err := HAProxyFor(l)
+				require.NoError(t, err, "%s", sh.Name())
+				assert.LessOrEqual(t, l.Period, randomMaxPeriod*time.Second, "%s", sh.Name())
+			}
+			assert.GreaterOrEqual(t, sh.Limit(), randomMinLimit, "%s", sh.Name())
+			assert.LessOrEqual(t, sh.Limit(), float64(randomMaxLimit), "%s", sh.Name())
+		}
+		assert.Equal(t, map[sim.LimiterKind]int{sim.KindNginx: 2, sim.KindHAProxy: 2}, kinds, "seed %d", seed)
+		assert.Equal(t, 2, robots, "seed %d: robots.txt on", seed)
+		assert.Equal(t, 2, retry, "seed %d: with Retry-After", seed)
+		assert.Equal(t, 2, too, "seed %d: 429s", seed)
+	}
+	// An odd count: one more of one kind.
+	kinds := map[sim.LimiterKind]int{}
+	for _, sh := range drawShapes(7, 5) {
+		kinds[sh.Limiter.Kind]++
+	}
+	assert.ElementsMatch(t, []int{2, 3}, []int{kinds[sim.KindNginx], kinds[sim.KindHAProxy]})
+}
+
+// TestRobotsTxt404: nginx and HAProxy answer /robots.txt 404 behind their
+// limiter, so the fetch counts: a page right after it is refused by a
+// limiter that allows one request at a time.
+func TestRobotsTxt404(t *testing.T) {
+	SkipUnlessEnabled(t)
+	cases := []struct {
+		name   string
+		status int
+		start  func(t *testing.T) string
+	}{
+		{"nginx", http.StatusServiceUnavailable, func(t *testing.T) string {
+			return StartNginx(t, NginxOptions{Rate: 1})
+		}},
+		{"haproxy", http.StatusTooManyRequests, func(t *testing.T) string {
+			return StartHAProxy(t, HAProxyOptions{Requests: 1, Period: 10 * time.Second})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			page := c.start(t)
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			for _, want := range []struct {
+				path   string
+				status int
+			}{{robotsPath, http.StatusNotFound}, {pagePath, c.status}} {
+				resp, err := client.Get(strings.TrimSuffix(page, pagePath) + want.path)
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Equal(t, want.status, resp.StatusCode, "GET %s", want.path)
+			}
+		})
+	}
+}
