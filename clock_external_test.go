@@ -44,10 +44,10 @@ func TestFakeClockMovedBackAnHour(t *testing.T) {
 	p.Release(throttletest.Response(req, http.StatusOK, ""), nil)
 }
 
-// TestClockMovedBack (issue 22 item 7): whatever a Config.Clock does
-// backwards (an hour, a second), with or without a Store sharing it, and
-// whether the next caller comes after the jump or was already waiting
-// when it came, the next start waits at most what its rule asks (the
+// TestClockMovedBack: whatever a Config.Clock does backwards (an hour, a
+// second), with or without a Store sharing it, whether the next caller
+// comes after the jump or was already waiting when it came, and whether
+// it waits in Acquire or in a ReadyQueue's Pop, the next start waits at most what its rule asks (the
 // delay with its jitter, the slot delay, the server's wait, the quota
 // window), never the jump on top; a caller that a store's clock holds
 // through the jump waits at most twice that.
@@ -79,10 +79,12 @@ func TestClockMovedBack(t *testing.T) {
 		for _, shared := range []bool{false, true} {
 			for _, waiting := range []bool{false, true} {
 				for _, back := range []time.Duration{time.Hour, time.Second} {
-					name := fmt.Sprintf("%s/store=%v/waiting=%v/back=%v", rule.name, shared, waiting, back)
-					t.Run(name, func(t *testing.T) {
-						testClockMovedBack(t, rule.config, rule.resp, rule.most, shared, waiting, back)
-					})
+					for _, queue := range []bool{false, true} {
+						name := fmt.Sprintf("%s/store=%v/waiting=%v/back=%v/queue=%v", rule.name, shared, waiting, back, queue)
+						t.Run(name, func(t *testing.T) {
+							testClockMovedBack(t, rule.config, rule.resp, rule.most, shared, waiting, back, queue)
+						})
+					}
 				}
 			}
 		}
@@ -93,7 +95,7 @@ func TestClockMovedBack(t *testing.T) {
 const latency = 100 * time.Millisecond
 
 func testClockMovedBack(t *testing.T, config func(*throttle.ScopeConfig), resp func(*http.Request) *http.Response,
-	most time.Duration, shared, waiting bool, back time.Duration) {
+	most time.Duration, shared, waiting bool, back time.Duration, queue bool) {
 	clk := throttletest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	m, req := clockedManager(t, clk, config, shared)
 	ctx := context.Background()
@@ -111,7 +113,16 @@ func testClockMovedBack(t *testing.T, config func(*throttle.ScopeConfig), resp f
 	}
 	done := make(chan *throttle.Permit, 1)
 	go func() {
-		p, err := m.Acquire(ctx, req)
+		if !queue {
+			p, err := m.Acquire(ctx, req)
+			assert.NoError(t, err)
+			done <- p
+			return
+		}
+		q := throttle.NewReadyQueue(m)
+		defer q.Close()
+		assert.NoError(t, q.Push(req, 0))
+		_, p, err := q.Pop(ctx)
 		assert.NoError(t, err)
 		done <- p
 	}()

@@ -310,6 +310,7 @@ func (q *ReadyQueue) Pop(ctx context.Context) (*http.Request, *Permit, error) {
 			return nil, nil, ctx.Err()
 		case <-me.wake:
 		case <-timerC:
+			q.m.timerFired(at)
 		}
 	}
 }

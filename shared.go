@@ -273,6 +273,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			return ctx.Err()
 		case <-c:
 		case <-tc:
+			m.timerFired(until)
 		}
 		return nil
 	}
