@@ -914,7 +914,8 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 	// Valid calls, each changed by one argument below. Keys of a scope
 	// not held, so a script that did not refuse would create them.
 	k := []string{"bad:{new}"}
-	admit := []string{"", "lease1", "1000", "60000", "1", "0", "1", "1", "0", "1", "0", "0", "0", "0"}
+	admit := []string{"", "lease1", "1000", "60000", "1", "0", "bad:released", "1", "0", "1000000",
+		"new", "1", "1", "0", "1", "0", "0", "0", "0", "300000000", "0"}
 	release := []string{"", "lease1", "60000", "bad:released", "1", "new", "-1", "0", "0", "0", "-1", "0", "1", "0", "{}", "0", "1"}
 	renew := []string{"", "1000", "L:lease1|-1"}
 	with := func(args []string, i int, v string) []string {
@@ -952,13 +953,22 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 	// A deadline in the past: the caller stopped waiting (Redis was
 	// paused, say); the admission must take nothing.
 	add("admit past its deadline", "admit", k, with(admit, 5, "1"))
-	for i, name := range []string{"cost", "concurrency", "delay", "jitter", "slot delay", "quota", "window", "version"} {
-		for _, v := range []string{"x", "", "nan", "-nan", "-1", "1e400", "-inf", "0x"} {
-			add("admit "+name+"="+v, "admit", k, with(admit, 6+i, v))
+	for _, v := range []string{"x", "", "2", "-1"} {
+		add("admit waits="+v, "admit", k, with(admit, 7, v))
+	}
+	for i, name := range map[int]string{8: "since", 9: "grace"} {
+		for _, v := range []string{"x", "", "nan", "-1", "1e400", "inf"} {
+			add("admit "+name+"="+v, "admit", k, with(admit, i, v))
 		}
 	}
-	add("admit concurrency=0", "admit", k, with(admit, 7, "0"))
-	add("admit quota without window", "admit", k, with(admit, 11, "5"))
+	for i, name := range []string{"cost", "concurrency", "delay", "jitter", "slot delay", "quota", "window", "version", "bound", "max concurrency"} {
+		for _, v := range []string{"x", "", "nan", "-nan", "-1", "1e400", "-inf", "0x"} {
+			add("admit "+name+"="+v, "admit", k, with(admit, 11+i, v))
+		}
+	}
+	add("admit concurrency=0", "admit", k, with(admit, 12, "0"))
+	add("admit quota without window", "admit", k, with(admit, 16, "5"))
+	add("admit bound=0", "admit", k, with(admit, 19, "0"))
 
 	add("release 2 keys", "release", append(slices.Clone(k), "bad:x"), release)
 	add("release an argument short", "release", k, release[:len(release)-1])
@@ -985,6 +995,13 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 		add("release "+name+"=-1", "release", k, with(release, 8+i, "-1"))
 	}
 	add("release learned concurrency=0", "release", k, with(release, 16, "0"))
+	add("release version past 2^53-1", "release", k, with(release, 13, "9007199254740992"))
+	for _, v := range []string{"-2", "1.5", "1e12"} {
+		add("release slot="+v, "release", k, with(release, 6, v))
+	}
+	// A bad second scope: nothing of the first is written either.
+	add("release a bad second scope", "release", append(slices.Clone(k), "bad:{new2}"),
+		append(with(with(release, 4, "2"), 12, "1"), with(release, 6, "x")[5:]...))
 
 	add("renew a member short", "renew", k, renew[:2])
 	add("renew a member more", "renew", k, append(slices.Clone(renew), "x|0"))
