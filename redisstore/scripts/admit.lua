@@ -78,6 +78,15 @@ if since == 0 or since > now then since = now end
 local tonumber, byte, match, format = tonumber, string.byte, string.match, string.format
 local leasemax = now + ttl * 1000
 
+-- maxdata bounds the learned state handed out (a policy's is about 1 KiB).
+local maxdata = 65536
+
+-- hset writes fields (name, value, ...) to h, in calls of at most 4096
+-- arguments (unpack's limit is about 8000).
+local function hset(h, fields)
+  for j = 1, #fields, 4096 do redis.call('HSET', h, unpack(fields, j, math.min(j + 4095, #fields))) end
+end
+
 -- num reads a field as a number in [0, 1e300), else nil.
 local function num(v)
   v = tonumber(v)
@@ -150,6 +159,7 @@ for i = 1, n do
   if cstored and maxc > 0 and cstored > maxc then cstored = maxc end
   if dstored and dstored > bound then dstored = bound end
   if sver and (sver > 9007199254740991 or sver ~= math.floor(sver)) then sver, data = nil, nil end
+  if data and #data > maxdata then sver, data = nil, nil end -- no policy's: not handed out
   if last and last > now then
     last = now
     fix = fix or {}
@@ -283,7 +293,7 @@ local function flush(s, fields)
     for j = 1, #s.fix do fields[#fields + 1] = s.fix[j] end
   end
   if #fields > 0 then
-    redis.call('HSET', s.h, unpack(fields))
+    hset(s.h, fields)
     redis.call('PEXPIRE', s.h, keep(s))
   end
 end
@@ -346,7 +356,7 @@ for i = 1, n do
       fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
     end
     fields[#fields + 1], fields[#fields + 2] = 'L:' .. lease .. '|' .. slot, expiry
-    redis.call('HSET', s.h, unpack(fields))
+    hset(s.h, fields)
     local gone = s.expired
     if s.tlease == lease then
       -- The turn was this caller's: the next waiter's comes, and those

@@ -134,10 +134,15 @@ for i = 1, n do
     if learned == '1' then
       local cur = stored(st[2]) or 0
       if cur > maxversion or cur ~= math.floor(cur) then cur = 0 end -- not a version a store gave
+      local theirs
+      if cur ~= 0 and cur ~= ver then
+        theirs = redis.call('HGET', h, 'ld') or ''
+        if #theirs > 65536 then cur = 0 end -- no policy's (admit.lua's maxdata): ours replaces it
+      end
       if cur ~= 0 and cur ~= ver then
         out[#out + 1] = i
         out[#out + 1] = cur
-        out[#out + 1] = redis.call('HGET', h, 'ld') or ''
+        out[#out + 1] = theirs
       else
         local k = #fields
         fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'v', string.format('%d', math.min(math.max(cur, ver) + 1, maxversion)), 'ld', data
