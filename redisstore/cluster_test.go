@@ -669,7 +669,10 @@ func testMasterKilled(t *testing.T, fallback bool) {
 		long = append(long, acquireScope(t, longM, heldLong, 5*time.Second))
 		short = append(short, acquireScope(t, shortM, heldShort, 5*time.Second))
 	}
-	refusedScope(t, checker, heldLong, throttle.ReasonConcurrency)
+	// (The long leases are checked through a store of their own
+	// LeaseTTL: every store cuts the leases it reads to its own, so the
+	// checker's, of 2 s, would cut them to 2 s.)
+	refusedScope(t, longM, heldLong, throttle.ReasonConcurrency)
 	refusedScope(t, checker, heldShort, throttle.ReasonConcurrency)
 	// A gate (Retry-After: 60) and a start (Delay 1 minute).
 	pg := acquireScope(t, shortM, gated, 5*time.Second)
@@ -753,7 +756,7 @@ func testMasterKilled(t *testing.T, fallback bool) {
 	// outlived the outage (refused, renewed on the new master); a lease
 	// of 1s did not, and its slots were someone else's while the permits
 	// were still held: Concurrency extra in flight.
-	refusedScope(t, checker, heldLong, throttle.ReasonConcurrency)
+	refusedScope(t, longM, heldLong, throttle.ReasonConcurrency)
 	require.Equal(t, conc, longStore.Renew(ctx), "the long leases renewed on the new master")
 	require.Equal(t, 0, shortStore.Renew(ctx), "the short leases expired during the outage")
 	var extra []*throttle.Permit

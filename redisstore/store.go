@@ -257,7 +257,12 @@ type Options struct {
 	// "throttle:". It must not contain '{' or '}' (the hash tag).
 	Prefix string
 	// LeaseTTL is how long a slot stays held after its holder stops
-	// renewing it (a worker that died). Default 30s.
+	// renewing it (a worker that died). Default 30s. The workers that
+	// share a prefix should share it: a store cuts every lease it reads
+	// to its own LeaseTTL from then (a stranger's lease "for ever" is
+	// held that long), so the leases of a worker whose LeaseTTL is more
+	// than three times another's (renewed every LeaseTTL/3) may expire
+	// while their permits run.
 	LeaseTTL time.Duration
 	// IdleTTL is how long an unused scope's state (its learned delay
 	// included) is kept after its last admission. Default 1h, as
