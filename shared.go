@@ -301,8 +301,16 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			m.waiting.Add(-1)
 		}
 	}()
+	gaveTurn := false // the turn is given back for this wait for the global cap
 	for {
 		for !m.global.take(gw) {
+			if !req.Since.IsZero() && !gaveTurn {
+				// This manager is at its GlobalConcurrency: the turn the
+				// last refusal gave would hold the fleet behind a waiter
+				// that cannot start. It keeps its place (Since).
+				m.leaveShared(p, req.Lease)
+				gaveTurn = true
+			}
 			if err := wait(time.Time{}, gw.wake); err != nil {
 				m.global.leave(gw)
 				return nil, &WaitError{Reason: ReasonGlobal, Err: err}
@@ -325,6 +333,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 		if req.Since.IsZero() {
 			req.Since = ans.Now
 		}
+		gaveTurn = false
 		local := m.clock.Now()
 		var d time.Duration
 		if !ans.At.IsZero() {

@@ -9,6 +9,10 @@
 //	}
 //
 // The store must take its time from clock, so the suite can move it.
+// The cases of waiters' turns (first come, first served across workers)
+// run on every store; those of foreign state, which a store must hold
+// within each request's bounds, run when the store says how to plant it
+// (WithForeign).
 package storetest
 
 import (
