@@ -368,10 +368,11 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 }
 
 // isStoreFailure reports whether err is the store's failure (failing
-// closed), not the caller's giving up.
+// closed, or turning to local state), not the caller's giving up: the
+// store would not take the turn back either.
 func isStoreFailure(err error) bool {
 	var se *store.Error
-	return errors.As(err, &se)
+	return err == errUseLocal || errors.As(err, &se)
 }
 
 // leaveShared gives back the turn a waiter with lease may hold in p's

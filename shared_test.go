@@ -21,8 +21,9 @@ import (
 // server went away.
 type faultyStore struct {
 	*store.Memory
-	fail   atomic.Bool
-	admits atomic.Int64
+	fail     atomic.Bool
+	admits   atomic.Int64
+	releases atomic.Int64
 }
 
 var errGone = errors.New("connection refused")
@@ -36,6 +37,7 @@ func (f *faultyStore) Admit(ctx context.Context, req *store.Request) (store.Answ
 }
 
 func (f *faultyStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
+	f.releases.Add(1)
 	if f.fail.Load() {
 		return store.ReleaseAnswer{}, errGone
 	}
@@ -293,4 +295,34 @@ func testStoreWaiterAtGlobalCapGivesUpItsTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, p, "refused (%v): held behind a waiter that cannot start", adm.Reason)
 	p.Release(ok200, nil)
+}
+
+// TestStoreFallbackNoTurnGivenBack: a waiter whose store fails, with
+// StoreFallbackLocal, goes to local state at once: it does not first ask
+// the failing store to take its turn back (a second call that would fail
+// too, after the store's own timeout).
+func TestStoreFallbackNoTurnGivenBack(t *testing.T) {
+	synctest.Test(t, testStoreFallbackNoTurnGivenBack)
+}
+
+func testStoreFallbackNoTurnGivenBack(t *testing.T) {
+	var clock Clock
+	fs := &faultyStore{Memory: store.NewMemory(clock)}
+	m := storeManager(t, clock, fs, true, nil)
+	p, err := m.Acquire(context.Background(), get(t, "http://a.test/"))
+	require.NoError(t, err)
+	p.Release(ok200, nil)
+	done := make(chan error, 1)
+	go func() {
+		p, err := m.Acquire(context.Background(), get(t, "http://a.test/")) // refused: the delay, 1 s
+		if err == nil {
+			p.Release(ok200, nil)
+		}
+		done <- err
+	}()
+	synctest.Wait()
+	fs.fail.Store(true)
+	releases := fs.releases.Load()
+	require.NoError(t, <-done, "admitted from local state")
+	require.Equal(t, releases, fs.releases.Load(), "store calls to release: no turn given back to the failing store (the local permit's release is local)")
 }
