@@ -330,33 +330,43 @@ for i = 1, n do
   if why == 0 then
     if s.reset then redis.call('DEL', s.h) end
     local jit = ARGV[H + P * (i - 1) + 5]
-    local fields = s.fix or {}
-    fields[#fields + 1], fields[#fields + 2] = 'last', now
-    if s.pjit ~= s.jit then
-      fields[#fields + 1], fields[#fields + 2] = 'jit', jit
-    end
-    if s.sd > 0 then
-      slot = freeslot(s)
-      if slot < 0 then
-        slot = s.nslots
-        s.nslots = s.nslots + 1
+    if s.sd == 0 and s.quota == 0 and not s.fix then
+      -- The common case, without a table for the fields, and without
+      -- the jitter when it is the previous start's (absent means 1).
+      if s.pjit == s.jit then
+        redis.call('HSET', s.h, 'last', now, 'L:' .. lease .. '|-1', expiry)
+      else
+        redis.call('HSET', s.h, 'last', now, 'jit', jit, 'L:' .. lease .. '|-1', expiry)
       end
-      s.slots[slot] = now
-      local parts = {}
-      for j = 0, s.nslots - 1 do parts[j + 1] = format('%d', s.slots[j]) end
-      fields[#fields + 1], fields[#fields + 2] = 'sl', table.concat(parts, ',')
+    else
+      local fields = s.fix or {}
+      fields[#fields + 1], fields[#fields + 2] = 'last', now
+      if s.pjit ~= s.jit then
+        fields[#fields + 1], fields[#fields + 2] = 'jit', jit
+      end
+      if s.sd > 0 then
+        slot = freeslot(s)
+        if slot < 0 then
+          slot = s.nslots
+          s.nslots = s.nslots + 1
+        end
+        s.slots[slot] = now
+        local parts = {}
+        for j = 0, s.nslots - 1 do parts[j + 1] = format('%d', s.slots[j]) end
+        fields[#fields + 1], fields[#fields + 2] = 'sl', table.concat(parts, ',')
+      end
+      if s.quota > 0 then
+        if not s.qs then s.qs, s.qn, s.qu = now, 0, 0 end
+        rollquota(s)
+        s.qu = s.qu + s.cost
+        qwin = s.qn
+        local k = #fields
+        fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', format('%d', s.qs), 'qn'
+        fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
+      end
+      fields[#fields + 1], fields[#fields + 2] = 'L:' .. lease .. '|' .. slot, expiry
+      hset(s.h, fields)
     end
-    if s.quota > 0 then
-      if not s.qs then s.qs, s.qn, s.qu = now, 0, 0 end
-      rollquota(s)
-      s.qu = s.qu + s.cost
-      qwin = s.qn
-      local k = #fields
-      fields[k + 1], fields[k + 2], fields[k + 3] = 'qs', format('%d', s.qs), 'qn'
-      fields[k + 4], fields[k + 5], fields[k + 6] = s.qn, 'qu', s.qu
-    end
-    fields[#fields + 1], fields[#fields + 2] = 'L:' .. lease .. '|' .. slot, expiry
-    hset(s.h, fields)
     local gone = s.expired
     if s.tlease == lease then
       -- The turn was this caller's: the next waiter's comes, and those
