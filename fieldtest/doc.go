@@ -11,10 +11,10 @@
 //
 //	THROTTLE_FIELD=1 go test -v -count=1 github.com/crawlerkit/throttle/fieldtest
 //
-// Each case crawls for 2 minutes and the cases run in parallel, so the
-// suite takes about 2 minutes; THROTTLE_FIELD_DURATION=30s shortens the
-// crawls for a quick local run (the steady part of a crawl shorter than
-// 2 minutes is its second half). Without THROTTLE_FIELD=1 or
+// Each case crawls for 2 minutes (the fleet's starvation crawl for 3) and
+// the cases run in parallel, so the suite takes about 3 minutes;
+// THROTTLE_FIELD_DURATION=30s shortens the crawls for a quick local run
+// (the steady part of a crawl shorter than 2 minutes is its second half). Without THROTTLE_FIELD=1 or
 // THROTTLE_REQUIRE_FIELD=1 every test skips. The servers need the Debian
 // packages nginx and haproxy; when a binary is missing its tests skip,
 // or fail under THROTTLE_REQUIRE_FIELD=1 (as CI sets it).
@@ -48,6 +48,12 @@
 // minute, and no worker may send a request inside a Retry-After gate
 // another worker received. Without redis-server it skips, or fails under
 // THROTTLE_REQUIRE_REDIS=1.
+//
+// TestFleetNoRequestStarves runs such a fleet for 3 minutes (or
+// THROTTLE_FIELD_DURATION) with every request bounded by a 30 s client
+// timeout that includes its wait in the throttle: no request may be lost
+// to a wait, and none may wait longer than 15 s (the store serves the
+// fleet's waiters first come, first served).
 //
 // # Reuse
 //

@@ -36,7 +36,7 @@ const (
 // servers, or of child processes outlive the tests.
 //
 // The cases wait on the network, not the CPU, and must all run at once for
-// the suite to take 2 minutes: unless -parallel is given, it is raised to
+// the suite to take 3 minutes: unless -parallel is given, it is raised to
 // at least the number of cases (its default, GOMAXPROCS, may be 2).
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
@@ -51,9 +51,10 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if p := flag.Lookup("test.parallel"); p != nil && !set {
-		// TestField, its cases and TestFleetColdStart.
-		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < len(fieldCases)+2 {
-			_ = p.Value.Set(strconv.Itoa(len(fieldCases) + 2))
+		// TestField, its cases, TestFleetColdStart and
+		// TestFleetNoRequestStarves.
+		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < len(fieldCases)+3 {
+			_ = p.Value.Set(strconv.Itoa(len(fieldCases) + 3))
 		}
 	}
 	code := m.Run()
