@@ -147,8 +147,10 @@ func (ms *Memory) Admit(ctx context.Context, req *Request) (Answer, error) {
 	}
 	var announce []string
 	if ans.Reason != ReasonNone {
+		st := states[ans.Scope]
+		st.queued = st.queued || ans.Reason == ReasonQueue
 		if req.Waits {
-			states[ans.Scope].wait(now, req, ans.At, ans.Reason == ReasonQueue)
+			st.wait(now, req, ans.At)
 		}
 	} else {
 		ans.Admitted, ans.At = true, time.Time{}
@@ -315,9 +317,8 @@ func (st *memScope) endLease(lease string) {
 // wait records a refusal of req, whose caller waits, by this scope at
 // now: the turn goes to req's caller if it came before the turn's, or if
 // the turn has ended. wake is the time the refusal named (zero: a
-// release); queued says the turn's waiter refused it.
-func (st *memScope) wait(now time.Time, req *Request, wake time.Time, queued bool) {
-	st.queued = st.queued || queued
+// release).
+func (st *memScope) wait(now time.Time, req *Request, wake time.Time) {
 	since := req.Since
 	if since.IsZero() {
 		since = now
