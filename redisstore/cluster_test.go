@@ -154,8 +154,10 @@ func waitReplicated(t *testing.T, addr string) {
 func TestClusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterOptions{})
 	var checked sync.Once
+	var s *redisstore.Store
+	var rdb *redis.ClusterClient
 	storetest.Run(t, func(t *testing.T, clock throttle.Clock) store.Store {
-		s, _ := dialClusterStore(t, c.Addrs(), redisstore.Options{Clock: clock, Prefix: uniquePrefix()})
+		s, rdb = dialClusterStore(t, c.Addrs(), redisstore.Options{Clock: clock, Prefix: uniquePrefix()})
 		checked.Do(func() {
 			// The suite's two-scope request ("a" and "b") crosses slots:
 			// a script for both would be refused (CROSSSLOT).
@@ -169,7 +171,8 @@ func TestClusterConformance(t *testing.T) {
 			t.Logf("scope a: slot %d on %s; scope b: slot %d on %s", a, ma, b, mb)
 		})
 		return s
-	}, storetest.PartialAdmission())
+	}, storetest.PartialAdmission(),
+		storetest.WithForeign(func(t *testing.T, key string, f storetest.Foreign) { plant(t, rdb, s.Key(key), f) }, 30*time.Second))
 }
 
 // limitChecker is a test server that checks the limits per scope (the
