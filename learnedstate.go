@@ -284,6 +284,7 @@ func (s *defaultScope) sharedLimits(now time.Time, sc *store.Scope) {
 	if s.cfg.Quota > 0 {
 		sc.Quota, sc.Window = s.cfg.Quota, s.cfg.Window
 	}
+	sc.MaxWait, sc.MaxConcurrency = s.sharedBounds(sc.Delay)
 }
 
 // sharedWhy refines a store's ReasonDelay into the part that set the delay.

@@ -28,8 +28,10 @@ func TestReasonsOfAdmissionAndStore(t *testing.T) {
 		require.Equal(t, c.r, reasonOf(c.st), "the store's %v", c.st)
 		require.Equal(t, c.r.String(), c.st.String())
 	}
-	require.Equal(t, ReasonNone, reasonOf(store.ReasonQuota+1), "a reason the store package does not list")
-	require.Equal(t, "unknown", (store.ReasonQuota + 1).String())
+	require.Equal(t, ReasonQueue, reasonOf(store.ReasonQueue), "the store's queue")
+	require.Equal(t, ReasonQueue.String(), store.ReasonQueue.String())
+	require.Equal(t, ReasonNone, reasonOf(store.ReasonQueue+1), "a reason the store package does not list")
+	require.Equal(t, "unknown", (store.ReasonQueue + 1).String())
 }
 
 // TestDelayChangedReasons: the words hooks.DelayChanged.Reason is

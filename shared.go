@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crawlerkit/throttle/internal/admission"
 	"github.com/crawlerkit/throttle/store"
 )
 
@@ -162,14 +163,15 @@ func (m *ThrottlingManager) storeAnswered() {
 // errUseLocal tells acquire to go on with local state (StoreFallbackLocal).
 var errUseLocal = errors.New("throttle: use local state")
 
-// admitShared asks the store once to admit p. On admission p holds the
+// admitShared asks the store once to admit p with req (its Lease, Waits
+// and Since set; the scopes are filled here). On admission p holds the
 // lease; the answer says otherwise why (the Reason returned: the store's
 // reason as the refusing scope's policy names it) and until when.
-func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (store.Answer, Reason, error) {
+func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *store.Request) (store.Answer, Reason, error) {
 	sh := m.shared
 	local := m.clock.Now()
 	now := sh.storeTime(local)
-	req := store.Request{Lease: sh.newLease(), Scopes: make([]store.Scope, len(p.scopes))}
+	req.Scopes = make([]store.Scope, len(p.scopes))
 	if err := m.relock(p.scopes, local); err != nil {
 		return store.Answer{}, ReasonNone, err
 	}
@@ -182,7 +184,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (store.A
 	}
 	unlockAll(p.scopes)
 
-	ans, err := sh.store.Admit(ctx, &req)
+	ans, err := sh.store.Admit(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ans, ReasonNone, &WaitError{Err: ctx.Err()}
@@ -239,7 +241,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit) (store.A
 // storeReasons are a Store's reasons as the manager names them.
 var storeReasons = [...]Reason{store.ReasonNone: ReasonNone, store.ReasonConcurrency: ReasonConcurrency,
 	store.ReasonDelay: ReasonDelay, store.ReasonSlotDelay: ReasonSlotDelay, store.ReasonGate: ReasonGate,
-	store.ReasonQuota: ReasonQuota}
+	store.ReasonQuota: ReasonQuota, store.ReasonQueue: ReasonQueue}
 
 // reasonOf returns a Store's reason as the manager names it: ReasonNone
 // for a value the store package does not list.
@@ -252,8 +254,17 @@ func reasonOf(r store.Reason) Reason {
 
 // acquireShared is acquire with the state in the store: admission
 // attempts, and between them a wait for a release of one of the scopes or
-// for the time the store named.
-func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
+// for the time the store named. Every attempt carries the same lease and,
+// after the first refusal, when the caller began to wait: the store
+// serves the fleet's waiters in that order (store.TurnGrace). A caller
+// that gives up after a refusal gives its turn back.
+func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBefore time.Time) (_ *Permit, err error) {
+	req := store.Request{Lease: m.shared.newLease(), Waits: true}
+	defer func() {
+		if err != nil && !req.Since.IsZero() && !isStoreFailure(err) {
+			m.leaveShared(p, req.Lease)
+		}
+	}()
 	sw := &sharedWaiter{wake: make(chan struct{}, 1)}
 	gw := newWaiter(0)
 	var timer Timer
@@ -291,8 +302,16 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			m.waiting.Add(-1)
 		}
 	}()
+	gaveTurn := false // the turn is given back for this wait for the global cap
 	for {
 		for !m.global.take(gw) {
+			if !req.Since.IsZero() && !gaveTurn {
+				// This manager is at its GlobalConcurrency: the turn the
+				// last refusal gave would hold the fleet behind a waiter
+				// that cannot start. It keeps its place (Since).
+				m.leaveShared(p, req.Lease)
+				gaveTurn = true
+			}
 			if err := wait(time.Time{}, gw.wake); err != nil {
 				m.global.leave(gw)
 				return nil, &WaitError{Reason: ReasonGlobal, Err: err}
@@ -304,7 +323,7 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 			m.shared.watch(sw, p.scopes)
 			watching = true
 		}
-		ans, why, err := m.admitShared(ctx, p)
+		ans, why, err := m.admitShared(ctx, p, &req)
 		if err == nil && ans.Admitted {
 			return p, nil
 		}
@@ -312,15 +331,21 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 		if err != nil {
 			return nil, err
 		}
+		if req.Since.IsZero() {
+			req.Since = ans.Now
+		}
+		gaveTurn = false
 		local := m.clock.Now()
 		var d time.Duration
 		if !ans.At.IsZero() {
 			d = max(ans.At.Sub(ans.Now), time.Millisecond)
-			// A concurrency refusal's time is only a fallback wake (for
-			// redisstore the earliest lease expiry, up to LeaseTTL away):
-			// a release may free a slot at any moment, so, as without a
-			// store, it is no reason to give up before the deadline.
-			if dl, ok := ctx.Deadline(); ok && why != ReasonConcurrency && dl.Before(local.Add(d)) {
+			// A concurrency or queue refusal's time is only a fallback
+			// wake (for redisstore the earliest lease expiry, up to
+			// LeaseTTL away; the end of the turn of the waiter ahead): a
+			// release, or that waiter's admission, may let this one go
+			// at any moment, so, as without a store, it is no reason to
+			// give up before the deadline.
+			if dl, ok := ctx.Deadline(); ok && why != ReasonConcurrency && why != ReasonQueue && dl.Before(local.Add(d)) {
 				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 			}
 		}
@@ -343,12 +368,34 @@ func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBef
 	}
 }
 
+// isStoreFailure reports whether err is the store's failure (failing
+// closed, or turning to local state), not the caller's giving up: the
+// store would not take the turn back either.
+func isStoreFailure(err error) bool {
+	var se *store.Error
+	return err == errUseLocal || errors.As(err, &se)
+}
+
+// leaveShared gives back the turn a waiter with lease may hold in p's
+// scopes: a Release of the lease, which never held a slot. Without it the
+// turn would hold the waiters behind it until it ends (store.TurnGrace
+// after the time its last refusal named).
+func (m *ThrottlingManager) leaveShared(p *Permit, lease string) {
+	rel := store.Release{Lease: lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
+	for i := range p.scopes {
+		rel.Scopes[i] = store.ReleaseScope{Key: p.scopes[i].s.key, QuotaFloor: -1}
+	}
+	if _, err := m.shared.store.Release(context.Background(), &rel); err != nil {
+		m.log.Debug("throttle: giving a waiter's turn back to the store failed; it ends on its own", "err", err)
+	}
+}
+
 // tryShared is TryAcquire with the state in the store: one attempt.
 func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Admission, error) {
 	if !m.global.tryFast() {
 		return false, Admission{Reason: ReasonGlobal}, nil
 	}
-	ans, why, err := m.admitShared(ctx, p)
+	ans, why, err := m.admitShared(ctx, p, &store.Request{Lease: m.shared.newLease()})
 	if err == nil && ans.Admitted {
 		return true, Admission{}, nil
 	}
@@ -468,3 +515,21 @@ func permitFor(p *Permit, cs []store.Conflict) *Permit {
 // policy returns the scope's policy as a sharedPolicy: with a Store, every
 // scope has the default one (Config.validate).
 func (s *scope) policy() sharedPolicy { return s.mgr.(sharedPolicy) }
+
+// sharedBounds returns the bounds of the scope's state in a Store
+// (store.Scope's MaxWait and MaxConcurrency): the longest wait its
+// policies can ask, jitter included (the delay now, d; the configured
+// one; AutoThrottle's cap; backoff's, which caps server gates too), and
+// the most permits they can allow at once.
+func (s *defaultScope) sharedBounds(d time.Duration) (time.Duration, int) {
+	c := &s.cfg
+	w := max(d, c.Delay, c.Backoff.MaxDelay)
+	if c.AutoThrottle.Enabled {
+		w = max(w, c.AutoThrottle.MaxDelay)
+	}
+	conc := c.Concurrency
+	if c.Rampup.Enabled {
+		conc = s.rampup.maxConc(c, s.globalCap)
+	}
+	return admission.ScaleDuration(w, 1+max(c.Jitter.Max, c.Backoff.Jitter.Max, 0)), conc
+}

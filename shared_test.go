@@ -21,8 +21,9 @@ import (
 // server went away.
 type faultyStore struct {
 	*store.Memory
-	fail   atomic.Bool
-	admits atomic.Int64
+	fail     atomic.Bool
+	admits   atomic.Int64
+	releases atomic.Int64
 }
 
 var errGone = errors.New("connection refused")
@@ -36,6 +37,7 @@ func (f *faultyStore) Admit(ctx context.Context, req *store.Request) (store.Answ
 }
 
 func (f *faultyStore) Release(ctx context.Context, rel *store.Release) (store.ReleaseAnswer, error) {
+	f.releases.Add(1)
 	if f.fail.Load() {
 		return store.ReleaseAnswer{}, errGone
 	}
@@ -249,4 +251,78 @@ func TestSharedReleaseSendsOnlyWhatIsNew(t *testing.T) {
 		do(429)
 		require.Equal(t, []bool{true}, ls.sent, "a 429 raised the backoff: sent")
 	})
+}
+
+// TestStoreWaiterAtGlobalCapGivesUpItsTurn: a waiter whose own manager
+// is at its GlobalConcurrency when the scope's slot frees cannot use it:
+// it gives its turn in the store back while it waits for the cap, so
+// another worker's request is not held behind it (in a store.Memory, the
+// turn of a waiter for a release has no end of its own).
+func TestStoreWaiterAtGlobalCapGivesUpItsTurn(t *testing.T) {
+	synctest.Test(t, testStoreWaiterAtGlobalCapGivesUpItsTurn)
+}
+
+func testStoreWaiterAtGlobalCapGivesUpItsTurn(t *testing.T) {
+	mem := store.NewMemory(nil)
+	worker := func(global int) *ThrottlingManager {
+		cfg := DefaultConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay, cfg.Default.Jitter = 0, 0, Jitter{}
+		cfg.GlobalConcurrency, cfg.Store = global, mem
+		return newManager(t, cfg)
+	}
+	w1, w2 := worker(1), worker(16)
+	held, err := w2.Acquire(context.Background(), get(t, "http://x.test/"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		p, err := w1.Acquire(context.Background(), get(t, "http://x.test/"))
+		if err == nil {
+			p.Release(ok200, nil)
+		}
+		done <- err
+	}()
+	synctest.Wait() // w1's caller waits for x.test, with its turn
+	other, _, err := w1.TryAcquire(get(t, "http://other.test/"))
+	require.NoError(t, err)
+	require.NotNil(t, other, "w1 takes its one global slot")
+	defer func() { // also when the test fails: no goroutine left blocked
+		other.Release(ok200, nil)
+		require.NoError(t, <-done, "the waiter starts once its manager has a global slot")
+	}()
+	held.Release(ok200, nil)
+	synctest.Wait() // the waiter woke, and waits for w1's global slot
+	p, adm, err := w2.TryAcquire(get(t, "http://x.test/"))
+	require.NoError(t, err)
+	require.NotNil(t, p, "refused (%v): held behind a waiter that cannot start", adm.Reason)
+	p.Release(ok200, nil)
+}
+
+// TestStoreFallbackNoTurnGivenBack: a waiter whose store fails, with
+// StoreFallbackLocal, goes to local state at once: it does not first ask
+// the failing store to take its turn back (a second call that would fail
+// too, after the store's own timeout).
+func TestStoreFallbackNoTurnGivenBack(t *testing.T) {
+	synctest.Test(t, testStoreFallbackNoTurnGivenBack)
+}
+
+func testStoreFallbackNoTurnGivenBack(t *testing.T) {
+	var clock Clock
+	fs := &faultyStore{Memory: store.NewMemory(clock)}
+	m := storeManager(t, clock, fs, true, nil)
+	p, err := m.Acquire(context.Background(), get(t, "http://a.test/"))
+	require.NoError(t, err)
+	p.Release(ok200, nil)
+	done := make(chan error, 1)
+	go func() {
+		p, err := m.Acquire(context.Background(), get(t, "http://a.test/")) // refused: the delay, 1 s
+		if err == nil {
+			p.Release(ok200, nil)
+		}
+		done <- err
+	}()
+	synctest.Wait()
+	fs.fail.Store(true)
+	releases := fs.releases.Load()
+	require.NoError(t, <-done, "admitted from local state")
+	require.Equal(t, releases, fs.releases.Load(), "store calls to release: no turn given back to the failing store (the local permit's release is local)")
 }

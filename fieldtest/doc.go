@@ -13,12 +13,12 @@
 //
 //	THROTTLE_FIELD=1 go test -count=1 ./fieldtest/
 //
-// Each case crawls for 2 minutes and every case runs at once (TestMain
-// raises -parallel to their number), so the suite takes a little over 2
-// minutes of wall time (2m08s-2m22s in three runs on 2 busy cores, the
-// build included), and must take no more than 8. THROTTLE_FIELD_DURATION=30s shortens the
-// crawls for a quick local run (the steady part of a crawl shorter than
-// 2 minutes is its second half, and its first half stands for the first
+// Each case crawls for 2 minutes (the fleet's starvation crawl for 3)
+// and every case runs at once (TestMain raises -parallel to their
+// number), so the suite takes about 3 minutes of wall time, and must
+// take no more than 8. THROTTLE_FIELD_DURATION=30s shortens the crawls
+// for a quick local run (the steady part of a crawl shorter than 2
+// minutes is its second half, and its first half stands for the first
 // minute everywhere below). Without THROTTLE_FIELD=1 or
 // THROTTLE_REQUIRE_FIELD=1 every test skips. The servers need the Debian
 // packages nginx and haproxy; when a binary is missing its tests skip,
@@ -84,6 +84,12 @@
 // minute, and no worker may send a request inside a Retry-After gate
 // another worker received. Without redis-server it skips, or fails under
 // THROTTLE_REQUIRE_REDIS=1.
+//
+// TestFleetNoRequestStarves runs such a fleet for 3 minutes (or
+// THROTTLE_FIELD_DURATION) with every request bounded by a 30 s client
+// timeout that includes its wait in the throttle: no request may be lost
+// to a wait, and none may wait longer than 15 s (the store serves the
+// fleet's waiters first come, first served).
 //
 // # Peers
 //

@@ -36,9 +36,9 @@ const (
 // servers, or of child processes outlive the tests.
 //
 // The cases wait on the network, not the CPU, and must all run at once for
-// the suite to take a little over 2 minutes: unless -parallel is given,
-// it is raised to at least the number of cases (its default, GOMAXPROCS,
-// may be 2).
+// the suite to take about 3 minutes (the fleet's starvation crawl is the
+// longest): unless -parallel is given, it is raised to at least the
+// number of cases (its default, GOMAXPROCS, may be 2).
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		// A worker process of TestFleetColdStart.
@@ -52,10 +52,10 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if p := flag.Lookup("test.parallel"); p != nil && !set {
-		// The cases of TestField and TestFieldRandom, TestFleetColdStart
-		// and TestFidelity. A test waiting for its parallel subtests
-		// holds no slot.
-		need := len(fieldCases) + randomCases + 2
+		// The cases of TestField and TestFieldRandom, TestFleetColdStart,
+		// TestFleetNoRequestStarves and TestFidelity. A test waiting for
+		// its parallel subtests holds no slot.
+		need := len(fieldCases) + randomCases + 3
 		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < need {
 			_ = p.Value.Set(strconv.Itoa(need))
 		}

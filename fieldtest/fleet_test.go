@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/crawlerkit/throttle"
+	"github.com/crawlerkit/throttle/hooks"
 	"github.com/crawlerkit/throttle/redisstore"
 	"github.com/crawlerkit/throttle/redisstore/redistest"
 	"github.com/redis/go-redis/v9"
@@ -57,6 +59,9 @@ const (
 	workerURL      = "FIELDTEST_FLEET_URL"
 	workerStart    = "FIELDTEST_FLEET_START" // Unix ns: the crawl's common start
 	workerDuration = "FIELDTEST_FLEET_DURATION"
+	// workerTimeout, when set, bounds each request (wait included), as
+	// a crawler's client timeout does.
+	workerTimeout = "FIELDTEST_FLEET_TIMEOUT"
 )
 
 // record is one request of a worker, in Unix nanoseconds: when the
@@ -70,6 +75,13 @@ type record struct {
 	Retry  int   `json:"r,omitempty"`
 	Err    string
 	Down   bool `json:"d,omitempty"` // the crawl's end cancelled it
+	// Lost: the request's own timeout (workerTimeout), not the crawl's
+	// end, ended it while it waited in the throttle.
+	Lost bool `json:"l,omitempty"`
+	// Waited is how long the throttle held the request (the Admitted
+	// hook's Waited), in ns; on the admission records only (Wait set).
+	Waited int64 `json:"w,omitempty"`
+	Wait   bool  `json:"wr,omitempty"`
 }
 
 // recorder is the base transport of a worker: it sees each request as the
@@ -107,6 +119,12 @@ func runFleetWorker() error {
 	if err != nil {
 		return err
 	}
+	var timeout time.Duration
+	if v := os.Getenv(workerTimeout); v != "" {
+		if timeout, err = time.ParseDuration(v); err != nil {
+			return err
+		}
+	}
 	rdb := redisstore.NewClient(&redis.Options{Addr: os.Getenv(workerRedis)})
 	defer rdb.Close()
 	store, err := redisstore.New(rdb, redisstore.Options{Prefix: os.Getenv(workerPrefix)})
@@ -116,6 +134,15 @@ func runFleetWorker() error {
 	defer store.Close()
 	cfg := APIConfig()
 	cfg.Store = store
+	var (
+		wmu    sync.Mutex
+		waited []int64
+	)
+	cfg.Hooks.Admitted = func(e hooks.Admitted) {
+		wmu.Lock()
+		waited = append(waited, int64(e.Waited))
+		wmu.Unlock()
+	}
 	m, err := throttle.New(cfg)
 	if err != nil {
 		return err
@@ -126,7 +153,8 @@ func runFleetWorker() error {
 	rec := &recorder{base: base, recs: map[*http.Request]*record{}}
 	client := &http.Client{Transport: m.Transport(rec)}
 
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, start).Add(d))
+	end := time.Unix(0, start).Add(d)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	time.Sleep(time.Until(time.Unix(0, start))) // the workers start together
 	var (
@@ -138,11 +166,23 @@ func runFleetWorker() error {
 	for range fleetGoroutines {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				s := get(ctx, client, url)
+				rctx, rcancel := ctx, context.CancelFunc(func() {})
+				if timeout > 0 {
+					rctx, rcancel = context.WithTimeout(ctx, timeout)
+				}
+				dl, _ := rctx.Deadline()
+				s := get(rctx, client, url)
+				rcancel()
 				r := record{End: time.Now().UnixNano(), Status: s.Status}
 				if s.Err != nil {
 					r.Err = s.Err.Error()
-					r.Down = ctx.Err() != nil || strings.Contains(r.Err, "deadline exceeded") || strings.Contains(r.Err, "context canceled")
+					// The request's own timeout (not the crawl's end)
+					// ended it: in the throttle, it is lost to a wait;
+					// in flight, a transport error.
+					own := dl.Before(end) && errors.Is(s.Err, context.DeadlineExceeded)
+					var we *throttle.WaitError
+					r.Lost = own && errors.As(s.Err, &we)
+					r.Down = !own && (ctx.Err() != nil || strings.Contains(r.Err, "deadline exceeded") || strings.Contains(r.Err, "context canceled"))
 				}
 				mu.Lock()
 				out = append(out, r)
@@ -167,6 +207,14 @@ func runFleetWorker() error {
 			return err
 		}
 	}
+	wmu.Lock()
+	for _, w := range waited {
+		if err := enc.Encode(record{Wait: true, Waited: w}); err != nil {
+			wmu.Unlock()
+			return err
+		}
+	}
+	wmu.Unlock()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for _, r := range rec.recs {
@@ -181,13 +229,14 @@ func runFleetWorker() error {
 // fleetRun is what the workers of a run reported: the crawl's answers
 // (End set) and the requests as they went out (Start set).
 type fleetRun struct {
-	ends []record
-	sent []record
+	ends   []record
+	sent   []record
+	waited []time.Duration // every admission's wait in the throttle
 }
 
 // runFleet starts procs workers on redisAddr crawling url for d and
 // collects their records.
-func runFleet(t *testing.T, redisAddr, url string, procs int, d time.Duration) fleetRun {
+func runFleet(t *testing.T, redisAddr, url string, procs int, d, timeout time.Duration) fleetRun {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -200,6 +249,9 @@ func runFleet(t *testing.T, redisAddr, url string, procs int, d time.Duration) f
 		cmd := exec.CommandContext(t.Context(), exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), workerEnv+"=1", workerRedis+"="+redisAddr, workerPrefix+"="+prefix,
 			workerURL+"="+url, workerStart+"="+strconv.FormatInt(start.UnixNano(), 10), workerDuration+"="+d.String())
+		if timeout > 0 {
+			cmd.Env = append(cmd.Env, workerTimeout+"="+timeout.String())
+		}
 		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
@@ -213,6 +265,10 @@ func runFleet(t *testing.T, redisAddr, url string, procs int, d time.Duration) f
 		for sc.Scan() {
 			var r record
 			require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "worker %d: %q", i, sc.Text())
+			if r.Wait {
+				run.waited = append(run.waited, time.Duration(r.Waited))
+				continue
+			}
 			if r.End != 0 {
 				r.End -= start.UnixNano()
 				run.ends = append(run.ends, r)
@@ -320,7 +376,7 @@ func TestFleetColdStart(t *testing.T) {
 		time.Sleep(2 * time.Second) // the fleet's workers start 2 s from now
 		alone = Crawl(t.Context(), &http.Client{Transport: m.Transport(base)}, aloneURL, workers, d)
 	}()
-	fleet := runFleet(t, srv.Addr(), fleetURL, fleetProcs, d)
+	fleet := runFleet(t, srv.Addr(), fleetURL, fleetProcs, d, 0)
 	<-done
 
 	one := SummarizeUntil(alone, limit, d)
@@ -374,4 +430,57 @@ func TestReachAt(t *testing.T) {
 	}
 	assert.Equal(t, 28*time.Second+600*time.Millisecond, reachAt(ss, 5, 0.9), "45 answers in (18.6 s, 28.6 s]: one at 19 s, 44 from 20 s")
 	assert.Equal(t, time.Duration(-1), reachAt(ss[:20], 5, 0.9))
+}
+
+// The starvation test's crawl: as the fleet's, for longer, each request
+// bounded by a client timeout.
+const (
+	starveDuration = 3 * time.Minute
+	clientTimeout  = 30 * time.Second
+	// starveMaxWait bounds every wait in the throttle (half the client
+	// timeout).
+	starveMaxWait = clientTimeout / 2
+)
+
+// TestFleetNoRequestStarves: four worker processes, 4 goroutines each,
+// share one Redis store and crawl one nginx limit_req (5 r/s, burst 5,
+// 429 with Retry-After: 1) with rampup on for 3 minutes (or
+// THROTTLE_FIELD_DURATION), every request bounded by a 30 s client
+// timeout that includes its wait in the throttle. No request may be lost
+// to a wait (a WaitError from its own timeout, not the crawl's end), and
+// none may wait longer than 15 s: the store serves the fleet's waiters
+// first come, first served, so a request waits about as long as the 15
+// ahead of it take to start.
+func TestFleetNoRequestStarves(t *testing.T) {
+	SkipUnlessEnabled(t)
+	t.Parallel()
+	d := starveDuration
+	if v := os.Getenv(durationEnv); v != "" {
+		d = crawlDuration(t)
+	}
+	srv := redistest.Start(t)
+	opts := NginxOptions{Rate: 5, Burst: 5, Status: http.StatusTooManyRequests, RetryAfter: 1}
+	url := StartNginx(t, opts)
+	fleet := runFleet(t, srv.Addr(), url, fleetProcs, d, clientTimeout)
+
+	s := SummarizeUntil(fleet.samples(), opts.Limit(), d)
+	t.Logf("%d processes, %d goroutines each, one Redis, client timeout %v:\n%s", fleetProcs, fleetGoroutines, clientTimeout, s)
+	var lost []string
+	for _, r := range fleet.ends {
+		if r.Lost {
+			lost = append(lost, fmt.Sprintf("at %.1f s: %s", time.Duration(r.End).Seconds(), r.Err))
+		}
+	}
+	waits := slices.Sorted(slices.Values(fleet.waited))
+	require.NotEmpty(t, waits, "no admission recorded")
+	q := func(f float64) time.Duration { return waits[min(len(waits)-1, int(f*float64(len(waits))))] }
+	t.Logf("waits in the throttle over %d admissions: median %v, p99 %v, p99.9 %v, longest %v",
+		len(waits), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), q(0.999).Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
+	t.Logf("requests lost to waits: %d", len(lost))
+	assert.Empty(t, lost, "requests lost to waits (their own %v timeout ended them in the throttle)", clientTimeout)
+	// First come, first served: a request waits for the 15 ahead of it
+	// (3 s at the limit), longer only while backoff slows the scope;
+	// racing for each start, the unluckiest waited 17-24 s.
+	assert.LessOrEqual(t, waits[len(waits)-1], starveMaxWait, "the longest wait in the throttle")
+	assert.Zero(t, s.Errors, "transport errors: %v", s.FirstErrors)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +18,9 @@ import (
 )
 
 // TestKillLoopFreesSlots: five times, a worker process takes every slot of
-// a scope and is killed with SIGKILL; each time the slots are free again
-// within the lease time.
+// a scope and is killed with SIGKILL; each time its leases expire within
+// the lease time of the kill (Redis time), and the slots are free again
+// (no assertion on how soon this process notices: that is its clock's).
 func TestKillLoopFreesSlots(t *testing.T) {
 	t.Parallel() // waits, mostly
 	const (
@@ -28,7 +30,7 @@ func TestKillLoopFreesSlots(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	prefix := uniquePrefix()
-	store, _ := dialStore(t, srv.Addr(), redisstore.Options{Prefix: prefix, LeaseTTL: leaseTTL})
+	store, rdb := dialStore(t, srv.Addr(), redisstore.Options{Prefix: prefix, LeaseTTL: leaseTTL})
 	m := fleetManager(t, store, conc, 0, nil)
 	worst := time.Duration(0)
 	for i := range rounds {
@@ -39,19 +41,19 @@ func TestKillLoopFreesSlots(t *testing.T) {
 		require.NoError(t, w.cmd.Process.Kill())
 		_ = w.wait(t, 10*time.Second)
 		killed := time.Now()
+		expiry := deadLeases(t, rdb, store, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"), conc, leaseTTL)
 		var ps []*throttle.Permit
 		for range conc {
-			ps = append(ps, acquireWithin(t, m, url, leaseTTL+2*time.Second))
+			ps = append(ps, acquireWithin(t, m, url, leaseTTL+10*time.Second))
 		}
-		took := time.Since(killed)
-		worst = max(worst, took)
-		require.LessOrEqual(t, took, leaseTTL+time.Second, "round %d", i)
+		worst = max(worst, time.Since(killed))
+		require.False(t, ps[0].Acquired().Before(expiry), "round %d: admitted before the dead worker's lease expired", i)
 		for _, p := range ps {
 			p.Release(nil, nil)
 		}
 	}
-	t.Logf("%d workers killed holding %d slots each: every slot free again within %v (LeaseTTL %v)",
-		rounds, conc, worst.Round(time.Millisecond), leaseTTL)
+	t.Logf("%d workers killed holding %d slots each: leases expiring within LeaseTTL (%v) of the kill; every slot free again, the latest %v after a kill",
+		rounds, conc, leaseTTL, worst.Round(time.Millisecond))
 }
 
 // TestRedisTenRestarts: three managers with two goroutines each crawl two

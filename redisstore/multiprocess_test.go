@@ -487,22 +487,18 @@ func TestKilledWorkerFreesSlots(t *testing.T) {
 	require.NoError(t, w.cmd.Process.Kill())
 	_ = w.wait(t, 10*time.Second)
 	killed := time.Now()
-	dead := leaseExpiries(t, rdb, store, "held.test")
-	require.Len(t, dead, conc, "the dead worker's leases")
-	expiry := dead[0]
-	// The leases outlive the worker until they expire (they were renewed
-	// at most LeaseTTL/3 before the kill).
-	refused(t, m, url, throttle.ReasonConcurrency)
+	// The leases outlive the worker until they expire, within LeaseTTL of
+	// the kill (they were renewed at most LeaseTTL/3 before it).
+	expiry := deadLeases(t, rdb, store, "held.test", conc, leaseTTL)
 
 	var ps []*throttle.Permit
 	for range conc {
-		ps = append(ps, acquireWithin(t, m, url, 5*time.Second))
+		ps = append(ps, acquireWithin(t, m, url, leaseTTL+10*time.Second))
 	}
 	after := time.Since(killed)
 	late := ps[0].Acquired().Sub(expiry)
 	t.Logf("permits %v after the SIGKILL (LeaseTTL %v); the first %v after the dead worker's earliest lease expiry (Redis time)",
 		after.Round(time.Millisecond), leaseTTL, late.Round(time.Microsecond))
-	require.LessOrEqual(t, after, leaseTTL+500*time.Millisecond)
 	require.GreaterOrEqual(t, late, time.Duration(0))
 	require.Len(t, leaseExpiries(t, rdb, store, "held.test"), conc, "only our leases remain")
 	for _, p := range ps {
@@ -510,14 +506,15 @@ func TestKilledWorkerFreesSlots(t *testing.T) {
 	}
 }
 
-// TestLiveWorkerKeepsSlots: with LeaseTTL 1s, a permit held for 3 s by a
+// TestLiveWorkerKeepsSlots: with LeaseTTL 3s, a permit held for 5 s by a
 // live manager keeps its slot: the store's renewal goroutine extends the
-// lease, and another manager is refused (ReasonConcurrency) the whole time.
+// lease (every second: two seconds to spare on a loaded machine), and
+// another manager is refused (ReasonConcurrency) the whole time.
 func TestLiveWorkerKeepsSlots(t *testing.T) {
 	t.Parallel() // waits, mostly: overlaps the other long test
 	const (
-		leaseTTL = time.Second
-		hold     = 3 * time.Second
+		leaseTTL = 3 * time.Second
+		hold     = 5 * time.Second
 		url      = "http://renew.test/"
 	)
 	srv := redistest.Start(t)
@@ -582,13 +579,13 @@ func TestRedisPausedFailsFast(t *testing.T) {
 			}
 			res <- r
 		}()
-		hang := time.NewTimer(5 * time.Second)
+		hang := time.NewTimer(10 * time.Second) // Redis stays paused: only the call's own bound can end it
 		var r result
 		select {
 		case r = <-res:
 			hang.Stop()
 		case <-hang.C:
-			t.Fatalf("%s with Redis paused did not return within 5s", op)
+			t.Fatalf("%s with Redis paused did not return within 10s", op)
 		}
 		took := time.Since(start)
 		t.Logf("%s with Redis paused: %v after %v (Options.Timeout %v)", op, r.err, took.Round(time.Millisecond), timeout)
@@ -597,7 +594,7 @@ func TestRedisPausedFailsFast(t *testing.T) {
 		require.ErrorAs(t, r.err, &se)
 		require.ErrorIs(t, r.err, store.ErrUnavailable)
 		require.Equal(t, "admit", se.Op)
-		require.Less(t, took, timeout+time.Second)
+		require.True(t, timedOut(r.err), "ended by the call's bound (Options.Timeout): %v", r.err)
 	}
 
 	// Resumed, Redis runs the two admissions queued during the pause;
@@ -626,7 +623,10 @@ func TestRedisPausedFallbackLocal(t *testing.T) {
 	store, rdb := dialStore(t, srv.Addr(), redisstore.Options{Prefix: uniquePrefix(), Timeout: timeout})
 	clock := throttletest.NewClock(time.Now())
 	var logs lockedBuffer
-	m := fleetManager(t, store, 4, 0, func(c *throttle.Config) {
+	var lastErr atomic.Value
+	var storeAsks atomic.Int64 // store calls that failed while Redis was paused
+	counting := errCountingStore{store, new(atomic.Bool), &storeAsks, &lastErr}
+	m := fleetManager(t, counting, 4, 0, func(c *throttle.Config) {
 		c.StoreFallbackLocal, c.StoreRetry, c.Clock = true, retry, clock
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
@@ -634,26 +634,22 @@ func TestRedisPausedFallbackLocal(t *testing.T) {
 
 	require.NoError(t, srv.Pause())
 	t.Cleanup(func() { _ = srv.Resume() })
-	var storeAsks []time.Duration
+	counting.after.Store(true)
 	for i := range 6 {
 		if i == 3 {
 			clock.Advance(retry) // the store is asked again, still paused
 		}
-		start := time.Now()
-		p := acquireWithin(t, m, "http://outage.test/", 5*time.Second)
-		if took := time.Since(start); took >= timeout/2 {
-			storeAsks = append(storeAsks, took.Round(time.Millisecond))
-		}
+		p := acquireWithin(t, m, "http://outage.test/", 10*time.Second)
 		p.Release(nil, nil)
 	}
-	t.Logf("6 Acquires with Redis paused, all admitted from local state; the %d that asked the store took %v (Options.Timeout %v), the others none",
-		len(storeAsks), storeAsks, timeout)
-	require.Len(t, storeAsks, 2, "the store is asked once per StoreRetry")
-	for _, d := range storeAsks {
-		require.Less(t, d, timeout+time.Second)
-	}
+	t.Logf("6 Acquires with Redis paused, all admitted from local state; %d store calls failed (the last: %v)", storeAsks.Load(), lastErr.Load())
+	// One admission a StoreRetry asks the store; the releases of local
+	// permits do not.
+	require.Equal(t, int64(2), storeAsks.Load(), "the store is asked once per StoreRetry")
+	require.True(t, timedOut(lastErr.Load().(error)), "ended by the call's bound (Options.Timeout): %v", lastErr.Load())
 	require.Equal(t, 1, strings.Count(logs.String(), "store unavailable"), logs.String())
 
+	counting.after.Store(false)
 	require.NoError(t, srv.Resume())
 	clock.Advance(retry)
 	state := store.Key("outage.test")
@@ -666,6 +662,12 @@ func TestRedisPausedFallbackLocal(t *testing.T) {
 	p.Release(nil, nil)
 	require.Contains(t, logs.String(), "store answers again")
 	require.Equal(t, 1, strings.Count(logs.String(), "store unavailable"), logs.String())
+}
+
+// timedOut reports whether err is a deadline's: the context's, or the
+// connection's (go-redis sets the context's deadline on the socket).
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // errCountingStore counts the errors of the store calls that began after
@@ -914,7 +916,8 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 	// Valid calls, each changed by one argument below. Keys of a scope
 	// not held, so a script that did not refuse would create them.
 	k := []string{"bad:{new}"}
-	admit := []string{"", "lease1", "1000", "60000", "1", "0", "1", "1", "0", "1", "0", "0", "0", "0"}
+	admit := []string{"", "lease1", "1000", "60000", "1", "0", "bad:released", "1", "0", "1000000",
+		"new", "1", "1", "0", "1", "0", "0", "0", "0", "300000000", "0"}
 	release := []string{"", "lease1", "60000", "bad:released", "1", "new", "-1", "0", "0", "0", "-1", "0", "1", "0", "{}", "0", "1"}
 	renew := []string{"", "1000", "L:lease1|-1"}
 	with := func(args []string, i int, v string) []string {
@@ -952,13 +955,22 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 	// A deadline in the past: the caller stopped waiting (Redis was
 	// paused, say); the admission must take nothing.
 	add("admit past its deadline", "admit", k, with(admit, 5, "1"))
-	for i, name := range []string{"cost", "concurrency", "delay", "jitter", "slot delay", "quota", "window", "version"} {
-		for _, v := range []string{"x", "", "nan", "-nan", "-1", "1e400", "-inf", "0x"} {
-			add("admit "+name+"="+v, "admit", k, with(admit, 6+i, v))
+	for _, v := range []string{"x", "", "2", "-1"} {
+		add("admit waits="+v, "admit", k, with(admit, 7, v))
+	}
+	for i, name := range map[int]string{8: "since", 9: "grace"} {
+		for _, v := range []string{"x", "", "nan", "-1", "1e400", "inf"} {
+			add("admit "+name+"="+v, "admit", k, with(admit, i, v))
 		}
 	}
-	add("admit concurrency=0", "admit", k, with(admit, 7, "0"))
-	add("admit quota without window", "admit", k, with(admit, 11, "5"))
+	for i, name := range []string{"cost", "concurrency", "delay", "jitter", "slot delay", "quota", "window", "version", "bound", "max concurrency"} {
+		for _, v := range []string{"x", "", "nan", "-nan", "-1", "1e400", "-inf", "0x"} {
+			add("admit "+name+"="+v, "admit", k, with(admit, 11+i, v))
+		}
+	}
+	add("admit concurrency=0", "admit", k, with(admit, 12, "0"))
+	add("admit quota without window", "admit", k, with(admit, 16, "5"))
+	add("admit bound=0", "admit", k, with(admit, 19, "0"))
 
 	add("release 2 keys", "release", append(slices.Clone(k), "bad:x"), release)
 	add("release an argument short", "release", k, release[:len(release)-1])
@@ -985,6 +997,13 @@ func TestScriptsRejectMalformedArguments(t *testing.T) {
 		add("release "+name+"=-1", "release", k, with(release, 8+i, "-1"))
 	}
 	add("release learned concurrency=0", "release", k, with(release, 16, "0"))
+	add("release version past 2^53-1", "release", k, with(release, 13, "9007199254740992"))
+	for _, v := range []string{"-2", "1.5", "1e12"} {
+		add("release slot="+v, "release", k, with(release, 6, v))
+	}
+	// A bad second scope: nothing of the first is written either.
+	add("release a bad second scope", "release", append(slices.Clone(k), "bad:{new2}"),
+		append(with(with(release, 4, "2"), 12, "1"), with(release, 6, "x")[5:]...))
 
 	add("renew a member short", "renew", k, renew[:2])
 	add("renew a member more", "renew", k, append(slices.Clone(renew), "x|0"))
@@ -1024,6 +1043,21 @@ func toAny(ss []string) []any {
 		a[i] = s
 	}
 	return a
+}
+
+// deadLeases checks, just after a worker holding n leases on scope was
+// killed, that they expire within leaseTTL of now in Redis's time (the
+// bound a dead worker's slots have), and returns the earliest expiry.
+func deadLeases(t *testing.T, rdb redis.Cmdable, store *redisstore.Store, scope string, n int, leaseTTL time.Duration) time.Time {
+	t.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	require.NoError(t, err)
+	dead := leaseExpiries(t, rdb, store, scope)
+	require.Len(t, dead, n, "the dead worker's leases")
+	for _, exp := range dead {
+		require.False(t, exp.After(now.Add(leaseTTL)), "a dead worker's lease expires at %v, %v after the kill (LeaseTTL %v)", exp, exp.Sub(now), leaseTTL)
+	}
+	return dead[0]
 }
 
 // leaseExpiries returns the expiries of the leases held in scope's hash

@@ -44,6 +44,29 @@
 // their waiters on their scopes; the time each refusal names (the next
 // start, the earliest lease expiry) is the fallback, so no one polls.
 //
+// Waiters are served first come, first served across the fleet (see
+// store.TurnGrace): each scope's hash holds the turn of the waiter first
+// refused among those it holds back; while that turn is live, the scope
+// admits no one else, and the admission of that waiter is published
+// too, for the waiters it held back. A waiter in a worker that dies holds
+// its turn until TurnGrace after the time its last refusal named (at most
+// LeaseTTL and TurnGrace, as its leases); one that gives up gives it back.
+//
+// # Bounds
+//
+// The scripts read a scope's hash within the bounds each request carries
+// (store.Scope.MaxWait and MaxConcurrency), whatever wrote it: another
+// worker configured otherwise, an older version, a stranger writing under
+// the prefix, or a client whose Options.Clock ran ahead. A lease is held
+// LeaseTTL at most from the first admission that finds it; a gate, a
+// previous start, a slot's start, a quota window or a turn that would hold
+// the scope longer than its bound is cut to it (and written back, so the
+// cut holds); a shared delay or concurrency above the bounds counts as
+// the bound; a value that is no number reads as absent; a key of another
+// type, or a hash with more fields than the scripts ever write, is
+// deleted and the scope starts afresh (its live leases with it: up to
+// Concurrency extra in flight until their permits end).
+//
 // # Keys
 //
 // A scope is one hash, "<prefix>{<tag>}", where tag is the scope key's
@@ -52,11 +75,10 @@
 // hash slot. The hash holds the admission state, the learned state and one
 // field per lease (its expiry), so a script reads a scope with one HGETALL:
 // inside a script each call costs about as much as the command itself.
-// Every key expires: an idle scope after Options.IdleTTL to 1.25 times
-// that, longer while a lease, a gate, a delay or a quota window is
-// pending. (admit.lua sets a hash's expiry with a quarter of IdleTTL to
-// spare and records it in the hash; the admissions that follow skip the
-// PEXPIRE while that still covers them.)
+// Every key expires: an idle scope after Options.IdleTTL, longer while a
+// lease, a gate, a delay, a quota window or a turn is pending. Every
+// admission sets its hashes' expiry (a stranger may have removed it), as
+// does every refusal that writes to a hash.
 //
 // # Redis Cluster
 //
@@ -235,11 +257,16 @@ type Options struct {
 	// "throttle:". It must not contain '{' or '}' (the hash tag).
 	Prefix string
 	// LeaseTTL is how long a slot stays held after its holder stops
-	// renewing it (a worker that died). Default 30s.
+	// renewing it (a worker that died). Default 30s. The workers that
+	// share a prefix should share it: a store cuts every lease it reads
+	// to its own LeaseTTL from then (a stranger's lease "for ever" is
+	// held that long), so the leases of a worker whose LeaseTTL is more
+	// than three times another's (renewed every LeaseTTL/3) may expire
+	// while their permits run.
 	LeaseTTL time.Duration
 	// IdleTTL is how long an unused scope's state (its learned delay
-	// included) is kept, at least (at most a quarter more). Default 1h,
-	// as Config.LearnedIdleTimeout.
+	// included) is kept after its last admission. Default 1h, as
+	// Config.LearnedIdleTimeout.
 	IdleTTL time.Duration
 	// Timeout bounds each call to Redis. Default 1s.
 	Timeout time.Duration
@@ -511,14 +538,26 @@ func (s *Store) Admit(ctx context.Context, req *store.Request) (store.Answer, er
 		return store.Answer{}, errors.New("redisstore: a request without scopes")
 	}
 	if !s.opts.Cluster || len(req.Scopes) == 1 {
-		return s.admit(ctx, req.Lease, req.Scopes, 0)
+		return s.admit(ctx, req, req.Scopes, 0)
 	}
 	return s.admitEach(ctx, req)
 }
 
-// admit runs admit.lua on scopes; base is the index of scopes[0] in the
-// request, for the answer's Scope.
-func (s *Store) admit(caller context.Context, lease string, scopes []store.Scope, base int) (store.Answer, error) {
+// graceArg is store.TurnGrace as admit.lua takes it.
+var graceArg any = us(store.TurnGrace)
+
+// boolArg is a flag as the scripts take it.
+func boolArg(b bool) any {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// admit runs admit.lua for req on scopes (req's, or some of them); base
+// is the index of scopes[0] in the request, for the answer's Scope.
+func (s *Store) admit(caller context.Context, req *store.Request, scopes []store.Scope, base int) (store.Answer, error) {
+	lease := req.Lease
 	dl, callers := s.bound(caller)
 	c := newCall(admitLua, len(scopes), true)
 	defer free(c)
@@ -526,11 +565,17 @@ func (s *Store) admit(caller context.Context, lease string, scopes []store.Scope
 	for i := range scopes {
 		c.args = append(c.args, s.keyArgs(scopes[i].Key).key)
 	}
-	c.args = append(c.args, s.nowArg(), lease, s.leaseTTLArg, s.idleTTLArg, len(scopes), s.deadlineArg(dl))
+	var since int64
+	if !req.Since.IsZero() {
+		since = max(req.Since.UnixMicro(), 0)
+	}
+	c.args = append(c.args, s.nowArg(), lease, s.leaseTTLArg, s.idleTTLArg, len(scopes), s.deadlineArg(dl),
+		s.channelArg, boolArg(req.Waits), since, graceArg)
 	for i := range scopes {
 		sc := &scopes[i]
-		c.args = append(c.args, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
-			jitterArg(sc.Jitter), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version)
+		c.args = append(c.args, s.keyArgs(sc.Key).scopeArg, max(sc.Cost, 0), max(sc.Concurrency, 1), us(sc.Delay),
+			jitterArg(sc.Jitter), us(sc.SlotDelay), max(sc.Quota, 0), us(sc.Window), sc.Version,
+			us(sc.WaitBound()), max(sc.MaxConcurrency, 0))
 	}
 	if err := s.run(caller, dl, c); err != nil {
 		if strings.Contains(err.Error(), tooLate) {
@@ -600,7 +645,7 @@ func (s *Store) admit(caller context.Context, lease string, scopes []store.Scope
 }
 
 var reasons = []store.Reason{store.ReasonNone, store.ReasonConcurrency, store.ReasonDelay,
-	store.ReasonSlotDelay, store.ReasonGate, store.ReasonQuota}
+	store.ReasonSlotDelay, store.ReasonGate, store.ReasonQuota, store.ReasonQueue}
 
 func toInt(v any) int64 {
 	switch x := v.(type) {
@@ -626,7 +671,7 @@ func (s *Store) admitEach(ctx context.Context, req *store.Request) (store.Answer
 		Tickets: make([]store.Ticket, len(req.Scopes)), Learned: make([]store.Learned, len(req.Scopes))}
 	var taken []int
 	for _, i := range order {
-		ans, err := s.admit(ctx, req.Lease, req.Scopes[i:i+1], i)
+		ans, err := s.admit(ctx, req, req.Scopes[i:i+1], i)
 		if err != nil || !ans.Admitted {
 			s.cancel(req, taken, all.Tickets)
 			all.Admitted, all.At, all.Reason, all.Scope, all.Tickets = false, ans.At, ans.Reason, ans.Scope, nil

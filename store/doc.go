@@ -28,6 +28,11 @@
 // clock, and every admission rule and every kind of learned state must
 // hold across them. Memory and redisstore both pass it.
 //
+// A Store serves the waiters of a scope first come, first served across
+// the managers (see TurnGrace), and applies the state it finds within the
+// bounds each request carries (Scope.MaxWait, Scope.MaxConcurrency), so no
+// neighbour, older worker or clock that ran ahead can hold a scope longer.
+//
 // An Error, wrapping the store's error and matching ErrUnavailable, is
 // what throttle's Acquire returns when the Store fails and
 // throttle.Config.StoreFallbackLocal is false (the

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -17,7 +18,10 @@ import (
 //
 // Its leases never expire: the managers that hold them live in the same
 // process. Scopes with no lease, nothing pending and nothing learned for
-// an hour are forgotten.
+// an hour are forgotten. It serves waiters first come, first served (see
+// Turns), and applies what it holds within each request's bounds (see
+// Scope.MaxWait): a manager configured otherwise, or a clock that moved
+// back, holds no scope longer than that.
 //
 // A Memory is safe for concurrent use by multiple goroutines and managers.
 // The zero value is not usable (its methods panic): make one with
@@ -43,9 +47,16 @@ type Clock interface {
 // memScope is one scope's state in a Memory, as redisstore keeps it
 // in a hash.
 type memScope struct {
-	leases map[string]int // lease -> slot
-	adm    admission.State
-	jitter float64 // factor drawn at the previous start
+	leases map[string]memLease
+	// expiring counts the leases with an expiry (none but the ones
+	// tests plant), so an admission looks at the leases only then.
+	expiring int
+	adm      admission.State
+	jitter   float64 // factor drawn at the previous start
+	turn     memTurn
+	// queued: a request was refused for the turn's waiter since the
+	// turn began; its admission is announced to the watchers.
+	queued bool
 	// learned state
 	version int64
 	data    []byte
@@ -55,8 +66,38 @@ type memScope struct {
 	touched time.Time
 }
 
+// memLease is a lease: its slot, and its expiry (zero: until released,
+// as every lease of a Memory's managers).
+type memLease struct {
+	slot  int
+	until time.Time
+}
+
+// memTurn is the turn of the waiter that came first among those the
+// scope held back (see Turns). The zero value is no turn.
+type memTurn struct {
+	lease string
+	since time.Time // when the waiter was first refused
+	until time.Time // the turn's end; zero: until the waiter asks again
+}
+
+// live reports whether the turn holds others back at now.
+func (t *memTurn) live(now time.Time) bool {
+	return t.lease != "" && (t.until.IsZero() || now.Before(t.until))
+}
+
+// before reports whether a waiter first refused at since, with lease,
+// came before the turn's.
+func (t *memTurn) before(since time.Time, lease string) bool {
+	return since.Before(t.since) || since.Equal(t.since) && lease < t.lease
+}
+
 // memIdle is how long a Memory keeps an unused scope.
 const memIdle = time.Hour
+
+// memLeaseTTL bounds a lease that carries an expiry (a planted one): as
+// redisstore's LeaseTTL default.
+const memLeaseTTL = 30 * time.Second
 
 // NewMemory returns an empty Memory on clock (nil: the real clock).
 // Managers sharing it should share the clock too.
@@ -78,7 +119,6 @@ func (ms *Memory) Admit(ctx context.Context, req *Request) (Answer, error) {
 		return Answer{}, err
 	}
 	ms.mu.Lock()
-	defer ms.mu.Unlock()
 	now := ms.clock.Now()
 	if !now.Before(ms.sweepAt) {
 		ms.sweep(now)
@@ -88,12 +128,7 @@ func (ms *Memory) Admit(ctx context.Context, req *Request) (Answer, error) {
 	blocked := false
 	for i := range req.Scopes {
 		sc := &req.Scopes[i]
-		st := ms.scopes[sc.Key]
-		if st == nil {
-			st = &memScope{leases: make(map[string]int)}
-			ms.scopes[sc.Key] = st
-		}
-		st.touched = now
+		st := ms.scope(sc.Key, now)
 		states[i] = st
 		if st.version > sc.Version {
 			ans.Learned[i] = Learned{Version: st.version, Data: st.data}
@@ -101,47 +136,157 @@ func (ms *Memory) Admit(ctx context.Context, req *Request) (Answer, error) {
 		if blocked {
 			continue
 		}
-		at, why := st.admit(now, sc)
+		at, why := st.admit(now, sc, req.Lease)
 		switch {
 		case why == ReasonNone:
-		case at.IsZero():
-			blocked, ans.Reason, ans.Scope, ans.At = true, why, i, time.Time{}
+		case why == ReasonConcurrency || why == ReasonQueue:
+			blocked, ans.Reason, ans.Scope, ans.At = true, why, i, at
 		case at.After(ans.At):
 			ans.At, ans.Reason, ans.Scope = at, why, i
 		}
 	}
+	var announce []string
 	if ans.Reason != ReasonNone {
-		return ans, nil
+		st := states[ans.Scope]
+		st.queued = st.queued || ans.Reason == ReasonQueue
+		if req.Waits {
+			st.wait(now, req, ans.At)
+		}
+	} else {
+		ans.Admitted, ans.At = true, time.Time{}
+		ans.Tickets = make([]Ticket, len(req.Scopes))
+		for i, st := range states {
+			ans.Tickets[i] = st.start(now, req.Lease, &req.Scopes[i])
+			if st.endTurn(req.Lease) {
+				announce = append(announce, req.Scopes[i].Key)
+			}
+		}
 	}
-	ans.Admitted, ans.At = true, time.Time{}
-	ans.Tickets = make([]Ticket, len(req.Scopes))
-	for i, st := range states {
-		ans.Tickets[i] = st.start(now, req.Lease, &req.Scopes[i])
-	}
+	watchers := ms.watching(announce)
+	ms.mu.Unlock()
+	notify(watchers, announce)
 	return ans, nil
 }
 
-// effective returns the scope's concurrency and delay: the shared values
-// stored with the learned state, else the request's.
-func (st *memScope) effective(sc *Scope) (int, time.Duration) {
-	if st.hasEff {
-		return st.conc, st.delay
+// scope returns key's state, made if new, touched at now. ms.mu is held.
+func (ms *Memory) scope(key string, now time.Time) *memScope {
+	st := ms.scopes[key]
+	if st == nil {
+		st = &memScope{leases: make(map[string]memLease)}
+		ms.scopes[key] = st
 	}
-	return sc.Concurrency, sc.Delay
+	st.touched = now
+	return st
+}
+
+// watching returns the watchers to call, outside ms.mu, for keys.
+func (ms *Memory) watching(keys []string) []func(string) {
+	if len(keys) == 0 {
+		return nil
+	}
+	fns := make([]func(string), 0, len(ms.watchers))
+	for _, fn := range ms.watchers {
+		fns = append(fns, fn)
+	}
+	return fns
+}
+
+func notify(fns []func(string), keys []string) {
+	for _, key := range keys {
+		for _, fn := range fns {
+			fn(key)
+		}
+	}
+}
+
+// effective returns the scope's concurrency and delay: the shared values
+// stored with the learned state, else the request's; within the
+// request's bounds.
+func (st *memScope) effective(sc *Scope) (int, time.Duration) {
+	conc, delay := sc.Concurrency, sc.Delay
+	if st.hasEff && st.conc >= 1 { // (a value no policy sets reads as none)
+		conc = st.conc
+	}
+	if st.hasEff && st.delay >= 0 {
+		delay = st.delay
+	}
+	if sc.MaxConcurrency > 0 {
+		conc = min(conc, sc.MaxConcurrency)
+	}
+	return max(conc, 1), min(max(delay, 0), sc.WaitBound())
 }
 
 // limits are the admission limits of sc: the shared concurrency and delay
-// (the latter scaled by the jitter factor drawn at the previous start).
+// (the latter scaled by the jitter factor drawn at the previous start,
+// within sc's bounds).
 func (st *memScope) limits(sc *Scope) admission.Limits {
 	conc, delay := st.effective(sc)
-	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: admission.ScaleDuration(delay, st.jitter), GapWhy: admission.Delay}
+	gap := min(admission.ScaleDuration(delay, st.jitter), sc.WaitBound())
+	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: gap, GapWhy: admission.Delay}
 }
 
-// admit is one scope's check (admission.State.Check).
-func (st *memScope) admit(now time.Time, sc *Scope) (time.Time, Reason) {
+// admit is one scope's check (admission.State.Check), after the state is
+// brought within sc's bounds, then the turn: a waiter that came first
+// goes first. lease is the request's.
+func (st *memScope) admit(now time.Time, sc *Scope, lease string) (time.Time, Reason) {
+	st.bound(now, sc)
 	l := st.limits(sc)
 	at, why := st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	if why == admission.Quota && at.After(now.Add(sc.Window)) {
+		// A window that ends later than one from now began after now.
+		st.adm.Quota = admission.Window{}
+		at, why = st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	}
+	if why == admission.None && st.turn.live(now) && st.turn.lease != lease {
+		return st.turn.until, ReasonQueue
+	}
 	return at, reasons[why]
+}
+
+// bound brings the state within sc's bounds at now: expired leases are
+// ended, a lease's expiry cut to memLeaseTTL from now, times after now
+// moved to now and a gate cut to maxWait from now. What it cuts stays
+// cut: the scope is held that long at most from the first admission that
+// finds it.
+func (st *memScope) bound(now time.Time, sc *Scope) {
+	if st.expiring > 0 {
+		for lease, l := range st.leases {
+			switch {
+			case l.until.IsZero():
+			case !now.Before(l.until):
+				st.endLease(lease)
+			case l.until.After(now.Add(memLeaseTTL)):
+				l.until = now.Add(memLeaseTTL)
+				st.leases[lease] = l
+			}
+		}
+	}
+	st.saneVersion()
+	st.adm.NotAfter(now)
+	b := sc.WaitBound()
+	if limit := now.Add(b); st.adm.Gate.After(limit) {
+		st.adm.Gate = limit
+	}
+	// A turn lasts TurnGrace past the time a refusal named: the lease
+	// bound, the wait bound or the quota window at most.
+	if limit := now.Add(max(b, memLeaseTTL, sc.Window) + TurnGrace); st.turn.until.After(limit) {
+		st.turn.until = limit
+		st.turn.since = minTime(st.turn.since, now)
+	}
+}
+
+// saneVersion forgets a learned-state version no store gives.
+func (st *memScope) saneVersion() {
+	if st.version < 0 || st.version > MaxVersion {
+		st.version, st.data = 0, nil
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // reasons are the admission rules' reasons as a Store answers them.
@@ -154,30 +299,70 @@ func (st *memScope) start(now time.Time, lease string, sc *Scope) Ticket {
 	l := st.limits(sc)
 	var t Ticket
 	t.Slot, t.Window = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
-	st.leases[lease] = t.Slot
+	st.leases[lease] = memLease{slot: t.Slot}
 	st.jitter = sc.Jitter
 	return t
 }
 
+// endLease ends a lease the scope holds.
+func (st *memScope) endLease(lease string) {
+	l := st.leases[lease]
+	delete(st.leases, lease)
+	if !l.until.IsZero() {
+		st.expiring--
+	}
+	st.adm.Finish(l.slot)
+}
+
+// wait records a refusal of req, whose caller waits, by this scope at
+// now: the turn goes to req's caller if it came before the turn's, or if
+// the turn has ended. wake is the time the refusal named (zero: a
+// release).
+func (st *memScope) wait(now time.Time, req *Request, wake time.Time) {
+	since := req.Since
+	if since.IsZero() {
+		since = now
+	}
+	if st.turn.lease == req.Lease || !st.turn.live(now) || st.turn.before(since, req.Lease) {
+		st.turn = memTurn{lease: req.Lease, since: since}
+		if !wake.IsZero() {
+			st.turn.until = wake.Add(TurnGrace)
+		}
+	}
+}
+
+// endTurn ends lease's turn, if it holds the scope's, and reports
+// whether waiters held back by it are to be told.
+func (st *memScope) endTurn(lease string) bool {
+	if st.turn.lease != lease || lease == "" {
+		return false
+	}
+	st.turn = memTurn{}
+	queued := st.queued
+	st.queued = false
+	return queued
+}
+
 // Release implements Store.
 func (ms *Memory) Release(ctx context.Context, rel *Release) (ReleaseAnswer, error) {
+	for i := range rel.Scopes {
+		if rs := &rel.Scopes[i]; rs.Learned && (rs.Version < 0 || rs.Version > MaxVersion) {
+			return ReleaseAnswer{}, fmt.Errorf("store: release: scope %q: version %d outside [0, %d]", rs.Key, rs.Version, int64(MaxVersion))
+		}
+	}
 	var ans ReleaseAnswer
 	var ended []string
 	ms.mu.Lock()
 	now := ms.clock.Now()
 	for i := range rel.Scopes {
 		rs := &rel.Scopes[i]
-		st := ms.scopes[rs.Key]
-		if st == nil {
-			st = &memScope{leases: make(map[string]int)}
-			ms.scopes[rs.Key] = st
-		}
-		st.touched = now
+		st := ms.scope(rs.Key, now)
 		if rel.Lease != "" {
-			if i, ok := st.leases[rel.Lease]; ok {
-				delete(st.leases, rel.Lease)
-				st.adm.Finish(i)
+			if _, ok := st.leases[rel.Lease]; ok {
+				st.endLease(rel.Lease)
 				ended = append(ended, rs.Key)
+			} else if st.endTurn(rel.Lease) {
+				ended = append(ended, rs.Key) // a waiter gave up its turn
 			}
 		}
 		st.adm.SetGate(rs.Gate)
@@ -185,29 +370,21 @@ func (ms *Memory) Release(ctx context.Context, rel *Release) (ReleaseAnswer, err
 			st.adm.Quota.Correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
 		}
 		if rs.Learned {
+			st.saneVersion()
 			// A store that lost its record (version 0) takes the
 			// caller's, so workers restore what a restarted store lost.
 			if st.version != 0 && st.version != rs.Version {
 				ans.Conflicts = append(ans.Conflicts, Conflict{Scope: i, Learned: Learned{Version: st.version, Data: st.data}})
 				continue
 			}
-			st.version = max(st.version, rs.Version) + 1
+			st.version = min(max(st.version, rs.Version)+1, MaxVersion)
 			st.data = slices.Clone(rs.Data)
 			st.hasEff, st.delay, st.conc = true, rs.Delay, rs.Concurrency
 		}
 	}
-	watchers := make([]func(string), 0, len(ms.watchers))
-	if len(ended) > 0 {
-		for _, fn := range ms.watchers {
-			watchers = append(watchers, fn)
-		}
-	}
+	watchers := ms.watching(ended)
 	ms.mu.Unlock()
-	for _, key := range ended {
-		for _, fn := range watchers {
-			fn(key)
-		}
-	}
+	notify(watchers, ended)
 	return ans, ctx.Err()
 }
 
@@ -230,7 +407,7 @@ func (ms *Memory) Watch(fn func(key string)) (stop func()) {
 func (ms *Memory) sweep(now time.Time) {
 	ms.sweepAt = now.Add(time.Minute)
 	for k, st := range ms.scopes {
-		if len(st.leases) == 0 && now.Sub(st.touched) >= memIdle && !now.Before(st.adm.Gate) {
+		if len(st.leases) == 0 && now.Sub(st.touched) >= memIdle && !now.Before(st.adm.Gate) && !st.turn.live(now) {
 			delete(ms.scopes, k)
 		}
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
 )
 
 // A Store holds the state of scopes that several throttle.ThrottlingManagers
@@ -28,22 +30,31 @@ type Store interface {
 	// when every scope has a free slot (among its first Concurrency
 	// slots: the slots above a lowered Concurrency are not used), its
 	// delay since the last start has passed (slot delay too), no server
-	// gate is pending and the quota window has room, it records the start
-	// under req.Lease and answers Admitted; otherwise it changes nothing
-	// and answers why and when to ask again. A store that refuses a
-	// call because ctx's deadline has passed by its own clock returns
-	// ErrPastDeadline, or an error wrapping it: the caller gave up, the
-	// store did not fail.
+	// gate is pending, the quota window has room and no waiter that came
+	// first has its turn (see Turns), it records the start under
+	// req.Lease and answers Admitted; otherwise it answers why and when
+	// to ask again, and changes nothing but the scopes' turns. A store
+	// that refuses a call because ctx's deadline has passed by its own
+	// clock returns ErrPastDeadline, or an error wrapping it: the caller
+	// gave up, the store did not fail.
+	//
+	// The state a store finds is bounded by each request's Scope (see
+	// Bounds): whoever wrote it, no scope is held longer than those
+	// bounds, nor admits more than MaxConcurrency at once.
 	Admit(ctx context.Context, req *Request) (Answer, error)
-	// Release ends a lease (an unknown or expired lease is no error),
+	// Release ends a lease (an unknown or expired lease is no error)
+	// and the lease's turn in each scope (a waiter that gave up),
 	// applies gates and quota corrections, and stores learned state for
 	// each scope whose Version matches the store's, or where the store
 	// has none (version 0), as version max(stored, Version)+1: the others
 	// are returned as conflicts, with the store's state, for the caller
-	// to merge and send again with an empty Lease.
+	// to merge and send again with an empty Lease. A Version outside
+	// [0, MaxVersion] is an error.
 	Release(ctx context.Context, rel *Release) (ReleaseAnswer, error)
-	// Watch calls fn with the key of every scope where a lease ends, in
-	// this process or another, until stop is called. fn must not block.
+	// Watch calls fn with the key of every scope where a lease ends, or
+	// where the waiter whose turn it was is admitted while others wait
+	// behind it, in this process or another, until stop is called. fn
+	// must not block.
 	Watch(fn func(key string)) (stop func())
 }
 
@@ -51,10 +62,50 @@ type Store interface {
 // and no scopes. A plain value, but copies share the Scopes slice: don't
 // change it while another goroutine reads it.
 type Request struct {
-	// Lease names the permit: unique, chosen by the caller.
+	// Lease names the permit: unique, chosen by the caller, and the same
+	// for every attempt of one caller (it names the caller's turn too).
 	Lease  string
 	Scopes []Scope
+	// Waits says the caller waits for its turn when refused (Acquire);
+	// false for a caller that only asks (TryAcquire), which never holds
+	// others back.
+	Waits bool
+	// Since is when a waiting caller was first refused, in the store's
+	// time (that answer's Now); zero on its first attempt. It orders the
+	// waiters (see Turns).
+	Since time.Time
 }
+
+// Turns: a Store serves the waiters of a scope first come, first served,
+// whichever manager (process, machine) they wait in. Each scope keeps the
+// turn of one waiter: the one that came first (Request.Since, then the
+// Lease's order) among those its refusals held back in this scope (the
+// refusing Scope of an Answer; a waiter held back by another of its
+// scopes may be passed here, as within one manager). While that turn is
+// live, a request the scope's rules would admit is refused with
+// ReasonQueue unless it is that waiter's, and is told to ask again at the
+// turn's end; the waiter's admission ends the turn, and the next refusal
+// of a waiter gives the turn to the earliest of those that ask. A turn
+// ends TurnGrace after the time its waiter's last refusal named (the
+// earliest lease expiry, for a refusal waiting for a release): a waiter
+// that asks again later than that loses one start to the next in line
+// and keeps its place. A waiter that gives up ends its turn with a
+// Release of its lease.
+//
+// So a waiter that asks again when told is admitted before every waiter
+// that came after it: no request starves while a scope admits others.
+// Managers that share a store must share its clock (Request.Since is
+// the store's time).
+const TurnGrace = time.Second
+
+// MaxVersion is the largest learned-state version a store keeps: larger
+// ones (a stranger's) read as none. Above it, a float64 (Redis's Lua
+// numbers) no longer counts by one.
+const MaxVersion = 1<<53 - 1
+
+// DefaultMaxWait bounds the delays and gates a store applies to a Scope
+// whose MaxWait is zero: Backoff.MaxDelay's default.
+const DefaultMaxWait = 5 * time.Minute
 
 // Scope is one scope of a Request: its key, the cost, and the limits as
 // the caller's policy sees them. Concurrency and Delay are defaults: a
@@ -75,6 +126,31 @@ type Scope struct {
 	Window    time.Duration
 	// Version is the version of learned state the caller holds.
 	Version int64
+	// Bounds: MaxWait is the longest wait the caller's policy can ask of
+	// the scope (its longest delay, jitter included, or server gate;
+	// zero: DefaultMaxWait), and MaxConcurrency the most permits it can
+	// allow at once (zero: no bound). A store applies the state it finds
+	// (written by a worker configured otherwise, an older version, a
+	// stranger under the same keys, or a worker whose clock was ahead)
+	// within them: a shared delay above max(MaxWait, Delay×Jitter) counts
+	// as that, a shared concurrency above MaxConcurrency as that; a gate,
+	// a previous start or a quota window that would hold the scope past
+	// that bound from the first admission that finds it is cut to it; and
+	// a lease is held no longer than the store's own lease bound (a
+	// Memory's hold until released).
+	MaxWait        time.Duration
+	MaxConcurrency int
+}
+
+// WaitBound returns the longest a store may hold the scope for sc: its
+// MaxWait (DefaultMaxWait when zero), or its own Delay scaled by its
+// Jitter when that is longer.
+func (sc *Scope) WaitBound() time.Duration {
+	w := sc.MaxWait
+	if w <= 0 {
+		w = DefaultMaxWait
+	}
+	return max(w, admission.ScaleDuration(sc.Delay, max(sc.Jitter, 1)))
 }
 
 // Answer is a Store's answer to a Request. The zero Answer is a refusal
@@ -89,7 +165,9 @@ type Answer struct {
 	// means "at the next release" (Watch).
 	At time.Time
 	// Reason and Scope (an index into the request's Scopes) say what
-	// refused the request.
+	// refused the request. With ReasonConcurrency and ReasonQueue, At is
+	// only a fallback: a release, or the admission of the waiter whose
+	// turn it is, is announced to Watch.
 	Reason Reason
 	Scope  int
 	// Tickets hold, when admitted, each scope's slot and quota window.
@@ -114,9 +192,10 @@ const (
 	ReasonSlotDelay                 // the free slots' delay since their last start
 	ReasonGate                      // a server-given wait (ReleaseScope.Gate)
 	ReasonQuota                     // the window's quota is spent
+	ReasonQueue                     // a waiter that came first has its turn
 )
 
-var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate", "quota"}
+var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate", "quota", "queue"}
 
 // String returns the reason in words, e.g. "slot delay", as
 // throttle.Reason's String does.

@@ -9,6 +9,10 @@
 //	}
 //
 // The store must take its time from clock, so the suite can move it.
+// The cases of waiters' turns (first come, first served across workers)
+// run on every store; those of foreign state, which a store must hold
+// within each request's bounds, run when the store says how to plant it
+// (WithForeign).
 package storetest
 
 import (
@@ -17,6 +21,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +39,11 @@ type NewStore func(t *testing.T, clock throttle.Clock) store.Store
 // applies it.
 type Option func(*options)
 
-type options struct{ partial bool }
+type options struct {
+	partial  bool
+	plant    Plant
+	leaseTTL time.Duration
+}
 
 // PartialAdmission is for stores that admit a multi-scope request scope by
 // scope (redisstore with Options.Cluster): a refused request gives back the
@@ -65,8 +74,19 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 		{"CancelledWaitConsumesNothing", testCancel},
 		{"ReleaseIdempotentUnknownLease", testRelease},
 		{"LearnedVersions", testVersions},
+		{"TurnOrder", testTurnOrder},
+		{"TurnGrace", testTurnGrace},
+		{"TurnsAcrossWorkers", testTurnsAcrossWorkers},
+		{"ForeignLease", testForeignLease},
+		{"ForeignTimes", testForeignTimes},
+		{"ForeignLimits", testForeignLimits},
+		{"ForeignGarbage", testForeignGarbage},
+		{"ForeignVersion", testForeignVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "Foreign") && o.plant == nil {
+				t.Skip("the store gave no way to plant foreign state (storetest.WithForeign)")
+			}
 			// Near the real time: context deadlines are real times.
 			clock := throttletest.NewClock(time.Now().Truncate(time.Second))
 			tc.f(t, &pair{t: t, clock: clock, store: newStore(t, clock), opts: o})
@@ -80,6 +100,9 @@ type pair struct {
 	t     *testing.T
 	clock *throttletest.Clock
 	store store.Store
+	// workerClock, when set, is the workers' clock instead of clock (a
+	// view of it).
+	workerClock throttle.Clock
 }
 
 // config is a scope with no jitter and no delays unless a test sets them.
@@ -98,6 +121,9 @@ func (p *pair) workers(sc throttle.ScopeConfig) (*throttle.ThrottlingManager, *t
 		cfg := throttle.DefaultConfig()
 		cfg.Default = sc
 		cfg.Clock = p.clock
+		if p.workerClock != nil {
+			cfg.Clock = p.workerClock
+		}
 		cfg.Store = p.store
 		cfg.Robots.Enabled = false
 		m, err := throttle.New(cfg)

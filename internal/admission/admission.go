@@ -203,6 +203,28 @@ func (a *State) Finish(slotIndex int) {
 	}
 }
 
+// NotAfter moves the times a holds that are later than now back to now:
+// the previous start, each slot's last start and the quota window's
+// start. A time after now was recorded by a clock that was ahead (a clock
+// that stepped back since, or another worker's); left as it is it would
+// hold the scope for that difference on top of its delays. It reports
+// whether it moved any.
+func (a *State) NotAfter(now time.Time) bool {
+	moved := false
+	if a.LastStart.After(now) {
+		a.LastStart, moved = now, true
+	}
+	for i := range a.slots {
+		if a.slots[i].last.After(now) {
+			a.slots[i].last, moved = now, true
+		}
+	}
+	if a.Quota.Set && a.Quota.start.After(now) {
+		a.Quota.start, moved = now, true
+	}
+	return moved
+}
+
 // SetGate holds every start until t, unless a later gate is set.
 func (a *State) SetGate(t time.Time) {
 	if t.After(a.Gate) {

@@ -130,7 +130,6 @@ func TestClusterKillMaster(t *testing.T) {
 	t.Logf("failover of %s to %s took %v (cluster-node-timeout %v)", victim, promoted, took.Round(time.Millisecond), DefaultNodeTimeout)
 	require.Equal(t, replicas[0], promoted)
 	require.Zero(t, c.Node(victim).PID())
-	require.Less(t, took, 20*time.Second)
 
 	after, err := c.Masters()
 	require.NoError(t, err)

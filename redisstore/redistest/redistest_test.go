@@ -85,12 +85,18 @@ func TestPauseTimesOutThenResumeAnswers(t *testing.T) {
 
 	require.NoError(t, s.Pause())
 	require.NoError(t, s.Pause(), "pausing twice is fine")
+	// The client's own read timeout is a minute: only the context's
+	// deadline ends the GET before that (the bound tells the two apart,
+	// however loaded the machine).
+	slow := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DisableIdentity: true, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = slow.Close() })
 	start := time.Now()
-	err := c.Get(ctx(t, 200*time.Millisecond), "k").Err()
+	err := slow.Get(ctx(t, 200*time.Millisecond), "k").Err()
 	elapsed := time.Since(start)
 	require.Error(t, err)
 	assert.True(t, isTimeout(err), "want a timeout, got %T %v", err, err)
-	assert.Less(t, elapsed, 2*time.Second, "the context deadline ends the GET")
+	assert.Less(t, elapsed, 30*time.Second, "the context deadline ends the GET, not the read timeout")
 
 	// A new connection is accepted by the kernel but not answered either.
 	fresh := client(t, s)
@@ -254,9 +260,7 @@ func TestStopIsIdempotentAndRemovesTheDirectory(t *testing.T) {
 	s, err := StartServer(Options{})
 	require.NoError(t, err)
 	require.NoError(t, s.Pause())
-	start := time.Now()
-	require.NoError(t, s.Stop(), "Stop resumes a paused server and stops it gracefully")
-	assert.Less(t, time.Since(start), stopTimeout)
+	require.NoError(t, s.Stop(), "Stop resumes a paused server and stops it gracefully (killed after stopTimeout, it errs)")
 	assert.NoDirExists(t, s.dir)
 	assert.Zero(t, s.PID())
 	require.NoError(t, s.Stop())
