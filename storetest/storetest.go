@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	}{
 		{"ConcurrencyAcrossWorkers", testConcurrency},
 		{"DelayAcrossWorkers", testDelay},
+		{"ClockMovedBack", testClockMovedBack},
 		{"SlotDelay", testSlotDelay},
 		{"SlotsAboveLoweredConcurrency", testSlotsAboveLoweredConcurrency},
 		{"QuotaAndCorrection", testQuota},
@@ -211,6 +212,28 @@ func testDelay(t *testing.T, p *pair) {
 	p.clock.Advance(time.Millisecond)
 	mustTry(t, w2, r).Release(ok200, nil)
 	mustRefuse(t, w1, r, throttle.ReasonDelay, t0.Add(2*time.Second))
+}
+
+// testClockMovedBack: the store's clock set back an hour after a start
+// (its own clock, or the workers' reading behind it) holds the next start
+// at most the delay, counted from the jump: the start recorded "in the
+// future" counts as now, not an hour and a second from now.
+func testClockMovedBack(t *testing.T, p *pair) {
+	w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) { sc.Delay = time.Second; sc.Concurrency = 4 }))
+	r := req(t, "a.test")
+	mustTry(t, w1, r).Release(ok200, nil)
+	p.clock.Advance(-time.Hour)
+	t0 := p.clock.Now()
+	for p.clock.Now().Before(t0.Add(time.Second)) {
+		if pm, _, err := w2.TryAcquire(r); err != nil {
+			t.Fatal(err)
+		} else if pm != nil {
+			pm.Release(ok200, nil) // admitted within the delay of the jump: the rule's wait, at most
+			return
+		}
+		p.clock.Advance(100 * time.Millisecond)
+	}
+	mustTry(t, w2, r).Release(ok200, nil)
 }
 
 // testSlotDelay is the slot-delay rule's worked example: Concurrency 2, Delay 0.3 s,
