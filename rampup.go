@@ -1,64 +1,45 @@
 package throttle
 
-// Rampup's pace controller. Each rule below has a test in rampup_test.go.
+// Rampup's pace controller; its rules' tests are in rampup*_test.go. One
+// rate R per scope goes from the configured pace to what the server
+// allows. G is the fastest rate the server accepted long enough to prove
+// it, B the slowest it refused since (0: none); slots follow R (twice R
+// times the latency). A round is the answers to requests started since R
+// last changed; it proves R when it holds two answers or more (four near
+// B), spans 100 ms and the last Retry-After, holds no refusal, and R, not
+// another rule or a lack of requests, paced it.
 //
-// It steers one number, the scope's start rate R, from the configured
-// pace to what the server allows, and remembers two rates: G, the fastest
-// the server accepted long enough to prove it, and B, the slowest it
-// refused since (0: none). Slots follow R: twice R times the latency.
-// Answers are read in rounds: a round is the answers to the requests
-// started since R last changed. It proves R when it holds two answers or
-// more, spans 100 ms and the server's last Retry-After, holds no refusal,
-// and its requests started at 70 % of R or faster (R paced them, not
-// another rule, scope or a lack of requests).
-//
-//  1. Climb. A round that proves R sets G = R and raises R: doubling
-//     while no refusal was ever seen (TCP's slow start); halfway, on a
-//     log scale, to B while B is above (bisection); once G is past B, by
-//     a step of 2 % that doubles each time it is proven (CUBIC's convex
-//     probing past an old ceiling).
-//  2. Cruise. Once B is within 2 % of G, R holds at G and a probe comes
-//     at the probe time: the next climb, held for the proof time (the
-//     longest the server took to refuse a rise, at least a round).
-//     Proven, it climbs on at once. Refused, the next probe waits its
-//     proof time, doubled for each failed probe in a row and multiplied
-//     by the refusals it cost over MaxSignals, at most 10 Windows: so the
-//     probes of a steady state cost MaxSignals a window or less, and a
-//     learned ceiling is re-probed within 10 Windows (BBR's bandwidth
-//     probes; the AWS SDKs' adaptive retry keeps the last good rate as
-//     CUBIC does).
-//  3. Refusal. The first refusal of a request started after R last fell
-//     is one event; refusals of requests sent before the fall answer the
-//     old rate (TCP's one reduction per round trip). Above G, a failed
-//     climb or probe: B = R and R = G. At or below G, after a success at
-//     that rate: the server refuses a rate it accepted, so G and R fall
-//     to what the round delivered (R times its share of 2xx), by 2 % at
-//     least and by half at most, and B is the rate refused.
-//  4. Drain. From a refusal event to the next success the server still
-//     refuses what came before (a counter that counts refusals, a spent
-//     quota, a drained bucket): each round of nothing but refusals halves
-//     R, never below two requests per time since the event, so its end is
-//     seen within half the time it took; the first success after it
-//     returns R to G. Refusals in a drain never move G.
-//  5. Quota. A drain that refused everything for longer than the server
-//     accepted before it, and a second or more, is a quota spent or a
-//     counter full: what the server accepted from the end of the last
-//     drain to the end of this one, over that time, is the most it
-//     allows; G and B go 2 % under and over it, if that is lower, and
-//     climbs are held for two cycles at least.
-//  6. Outage. Four failures in a row with no 2xx and no 429 are an outage,
-//     not a rate: what its first failures did is undone, backoff
-//     probes, and the first success resumes at G.
-//  7. Stated. A server that states its limit as a policy (quota and
-//     window) is paced 2 % below it, and never above; refusals under it
-//     are followed as above. So is a limit over the time to its reset
-//     (X-RateLimit-*) when two answers a second apart name the same
-//     reset: a window's end. A reset that moves with each answer (a token bucket's time
-//     until full) makes the rate a hint: the slow start bisects towards
-//     it instead of doubling, and climbs past it as past any ceiling.
-//
-// R stays between 1/Backoff.MaxDelay and the ceiling of the slots and
-// Rampup.MinDelay: the configured Delay is only where it starts.
+//  1. Climb. A proven round sets G = R and raises R: doubling until a
+//     first refusal (TCP's slow start), then halfway to B on a log scale,
+//     then past B by 2 %, doubled per proof up to 25 % (CUBIC's convex
+//     probing). A climb holds for the proof time: the longest the server
+//     took to refuse a rise, its last wait, a round at least.
+//  2. Probe. With G within 2 % under B, R holds at G and the next climb
+//     comes after the proof time, doubled per failed probe in a row and
+//     times its refusals over MaxSignals, at most 10 Windows (BBR's
+//     probes): a ceiling is re-probed, for MaxSignals a Window at most.
+//  3. Refusal. One event per round trip: refusals of requests sent before
+//     R last fell answer the old rate. Above G: B = R, R = G. At or below
+//     G: G and R fall to what the server delivered since G was set (by
+//     2 % at least, half at most under 5 s of it), B is the rate refused;
+//     a G that a climb raised and the server refuses later than its proof
+//     goes back to the G before (the proof time grows to that delay); a G
+//     measured by rules 5 or 7 is kept until it held 5 s.
+//  4. Drain. Until the next success the server may refuse what came
+//     before (a counter of refusals, a spent quota): each round of
+//     refusals halves R, down to two requests per time since the event;
+//     the first success returns R to G. Refusals in a drain never move G.
+//  5. Quota. A drain longer than what the server accepted before it, of
+//     1 s or more after 10 successes, ends a window: the successes over
+//     the cycle bound G and B; climbs then hold two cycles.
+//  6. Outage. Four 5xx in a row, no 2xx or 429 between: what they did is
+//     undone and backoff probes; a 2xx of a request sent since resumes at
+//     G, one sent during the run shows a rate limit and redoes it.
+//  7. Stated. A RateLimit policy is a ceiling 2 % under it. A limit over
+//     the time to a reset two answers a second apart share (a window's
+//     end) is one too, lifted after 30 s unrefused; a reset that moves (a
+//     bucket's) is a hint: B in the slow start. R stays between
+//     1/Backoff.MaxDelay and the ceiling of the slots and Rampup.MinDelay.
 
 import (
 	"math"
@@ -528,11 +509,25 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	switch {
 	case r.paused && refused:
 		return rampupLeft, true // backoff probes the outage
+	case r.paused && ans.started.Before(r.runAt):
+		return rampupLeft, true // sent before the outage: says nothing of it
+	case r.paused && ans.started.Before(r.pausedAt):
+		// The server accepted a request sent during the run: its 5xx
+		// were a rate limit's (nginx's 503s between its 2xx, four in a
+		// row by chance among many in flight), not an outage. Keep
+		// what the refusals did and follow them as any are.
+		r.paused, r.run = false, 0
+		r.good, r.runG = r.runG, r.good
+		r.bad, r.runB = r.runB, r.bad
+		r.memory, r.runMem = r.runMem, r.memory
+		r.drain = true
+		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
+		return rampupLeft, false
 	case r.paused:
-		// The first success resumes at G (a limiter's run of refusals
-		// that looked like an outage is followed from there as any
-		// refusal is). Measure afresh: the outage's time says nothing
-		// of the rate.
+		// The first success of a request sent since resumes at G (a
+		// limiter's run of refusals that looked like an outage is
+		// followed from there as any refusal is). Measure afresh: the
+		// outage's time says nothing of the rate.
 		r.paused, r.run, r.drain, r.first, r.accAt = false, 0, false, now, now
 		r.setGood(now, r.good)
 		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
@@ -554,9 +549,13 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		return rampupLeft, false
 	}
 	// An outage, not a rate: undo what its first failures did to G and
-	// B, and resume where it found the scope.
+	// B, and resume where it found the scope. (The run's fields keep
+	// what they did, should a success show it was a rate limit.)
 	r.paused, r.pausedAt = true, now
-	r.good, r.bad, r.memory, r.drain, r.costing = r.runG, r.runB, r.runMem, false, false
+	r.good, r.runG = r.runG, r.good
+	r.bad, r.runB = r.runB, r.bad
+	r.memory, r.runMem = r.runMem, r.memory
+	r.drain, r.costing = false, false
 	r.rate = max(r.rate, r.good)
 	return rampupOutage, true
 }

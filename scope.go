@@ -549,7 +549,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
 			"signal", a.signal, "why", why.String()}
 		if r := s.rampup; r != nil {
-			args = append(args, "rate", r.rate, "good", r.good, "bad", r.bad, "settled", r.settled(), "drain", r.drain, "fails", r.fails, "probe_in", r.probeAt.Sub(now).Seconds(), "mem", r.memory.Seconds())
+			args = append(args, "rate", r.rate, "good", r.good, "bad", r.bad, "settled", r.settled(), "drain", r.drain, "fails", r.fails, "probe_in", r.probeAt.Sub(now).Seconds(), "mem", r.memory.Seconds(), "paused", r.paused, "run", r.run)
 		}
 		s.log.Debug("throttle: delay adjusted", args...)
 	}
