@@ -15,9 +15,9 @@ package throttle
 //     probing). A climb holds for the proof time: the longest the server
 //     took to refuse a rise, its last wait, a round at least.
 //  2. Probe. With G within 2 % under B, R holds at G and the next climb
-//     comes after the proof time, doubled per failed probe in a row and
-//     times its refusals over MaxSignals, at most 10 Windows (BBR's
-//     probes): a ceiling is re-probed, for MaxSignals a Window at most.
+//     comes after the proof time, doubled per failed probe in a row, and
+//     after a Window per MaxSignals refusals the last probe cost, at most
+//     10 Windows (BBR's probes): a ceiling is re-probed, at that cost.
 //  3. Refusal. One event per round trip: refusals of requests sent before
 //     R last fell answer the old rate. Above G: B = R, R = G. At or below
 //     G: G and R fall to what the server delivered since G was set (by
@@ -747,12 +747,16 @@ func (r *rampup) proofTime() time.Duration {
 }
 
 // probeInterval is the time from a failed probe to the next (rule 2):
-// the proof time doubled per failed climb in a row, times the refusals
-// the last one cost over MaxSignals, at most rampupMaxProbeWindows
-// Windows.
+// the proof time doubled per failed climb in a row, and the Windows that
+// spend the last one's refusals at MaxSignals a Window, at most
+// rampupMaxProbeWindows Windows.
 func (r *rampup) probeInterval(cfg *ScopeConfig) time.Duration {
 	d := max(r.proofTime(), time.Second).Seconds() * math.Exp2(float64(max(r.fails-1, 0)))
-	d *= max(1, float64(r.cost)/float64(max(cfg.Rampup.MaxSignals, 1)))
+	if r.cost > 0 {
+		// A probe that cost n refusals comes n/MaxSignals Windows later
+		// at least: MaxSignals a Window.
+		d = max(d, cfg.Window.Seconds()*float64(r.cost)/float64(max(cfg.Rampup.MaxSignals, 1)))
+	}
 	return time.Duration(min(d, rampupMaxProbeWindows*cfg.Window.Seconds()) * float64(time.Second))
 }
 

@@ -214,26 +214,44 @@ func testDelay(t *testing.T, p *pair) {
 	mustRefuse(t, w1, r, throttle.ReasonDelay, t0.Add(2*time.Second))
 }
 
-// testClockMovedBack: the store's clock set back an hour after a start
-// (its own clock, or the workers' reading behind it) holds the next start
-// at most the delay, counted from the jump: the start recorded "in the
-// future" counts as now, not an hour and a second from now.
+// testClockMovedBack: the store's clock set back an hour holds the next
+// start at most what its rule has left, counted from the jump: a delay of
+// 1 s after a start, a server's gate of 10 s after a 429. The start
+// recorded "in the future" counts as now, not an hour and a second from
+// now, and the gate goes back with it (yet holds: the server asked).
 func testClockMovedBack(t *testing.T, p *pair) {
-	w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) { sc.Delay = time.Second; sc.Concurrency = 4 }))
-	r := req(t, "a.test")
-	mustTry(t, w1, r).Release(ok200, nil)
-	p.clock.Advance(-time.Hour)
-	t0 := p.clock.Now()
-	for p.clock.Now().Before(t0.Add(time.Second)) {
-		if pm, _, err := w2.TryAcquire(r); err != nil {
-			t.Fatal(err)
-		} else if pm != nil {
-			pm.Release(ok200, nil) // admitted within the delay of the jump: the rule's wait, at most
-			return
+	for _, tc := range []struct {
+		name string
+		host string
+		resp func(*http.Request) *http.Response
+		left time.Duration
+	}{
+		{"delay", "delay.test", func(*http.Request) *http.Response { return ok200 }, time.Second},
+		{"gate", "gate.test", func(r *http.Request) *http.Response { return tooMany(r, 10) }, 10 * time.Second},
+	} {
+		w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) { sc.Delay = time.Second; sc.Concurrency = 4 }))
+		r := req(t, tc.host)
+		mustTry(t, w1, r).Release(tc.resp(r), nil)
+		p.clock.Advance(-time.Hour)
+		t0 := p.clock.Now()
+		if pm, _, err := w2.TryAcquire(r); err != nil || pm != nil {
+			t.Fatalf("%s: admitted at the jump (%v): the rule had %v left", tc.name, err, tc.left)
 		}
-		p.clock.Advance(100 * time.Millisecond)
+		for {
+			p.clock.Advance(100 * time.Millisecond)
+			pm, _, err := w2.TryAcquire(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pm != nil {
+				pm.Release(ok200, nil)
+				break
+			}
+			if waited := p.clock.Now().Sub(t0); waited > tc.left {
+				t.Fatalf("%s: refused %v after the jump; the rule had %v left", tc.name, waited, tc.left)
+			}
+		}
 	}
-	mustTry(t, w2, r).Release(ok200, nil)
 }
 
 // testSlotDelay is the slot-delay rule's worked example: Concurrency 2, Delay 0.3 s,

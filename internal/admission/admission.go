@@ -205,12 +205,13 @@ func (a *State) Finish(slotIndex int) {
 
 // NotAfter moves the times a holds that are later than now back to now:
 // the previous start, each slot's last start and the quota window's
-// start. A time after now was recorded by a clock that was ahead (a clock
+// start; the gate goes back as far as the latest start (see rebase). A time after now was recorded by a clock that was ahead (a clock
 // that stepped back since, or another worker's); left as it is it would
 // hold the scope for that difference on top of its delays. It reports
 // whether it moved any.
 func (a *State) NotAfter(now time.Time) bool {
-	moved := false
+	moved := a.Started && a.LastStart.After(now) || a.Quota.Set && a.Quota.start.After(now)
+	a.rebase(now) // the gate goes back with the starts
 	if a.LastStart.After(now) {
 		a.LastStart, moved = now, true
 	}

@@ -160,6 +160,16 @@ for i = 1, n do
   if dstored and dstored > bound then dstored = bound end
   if sver and (sver > 9007199254740991 or sver ~= math.floor(sver)) then sver, data = nil, nil end
   if data and #data > maxdata then sver, data = nil, nil end -- no policy's: not handed out
+  local latest = math.max(last or 0, qs or 0)
+  if gate and latest > now then
+    -- A start after now: the clock went back at least that far (or a
+    -- worker's was ahead). The gate goes back as far, keeping the time
+    -- it had left from the start before it, as admission.State's rebase
+    -- does; the starts are moved to now below.
+    gate = math.max(gate - (latest - now), 0)
+    fix = fix or {}
+    fix[#fix + 1], fix[#fix + 2] = 'gate', format('%d', gate)
+  end
   if last and last > now then
     last = now
     fix = fix or {}
