@@ -22,15 +22,14 @@ import (
 //   - The first signal after a quiet spell is isolated until another one
 //     confirms it: a token bucket paced right at its limit refuses a
 //     request now and then, and that refusal says little about the pace.
-//     It steps the delay by Factor, and isolatedQuiet answers without a
-//     signal to requests sent at the raised delay (or, on a slow scope,
-//     the first such answer a Window after the step) return the scope to
-//     its own delay: the step costs about isolatedQuiet×(Factor-1)
-//     starts, five with the default Factor (under 2 % of the next
-//     minute's on a scope paced at 200 ms). A second signal before
-//     that return, or within a Window after it, confirms a limit: the
-//     episode goes on by the rules below, as one that began with two
-//     signals.
+//     It steps the delay by Factor, and five answers without a signal to
+//     requests sent at the raised delay (or, on a slow scope, the first
+//     such answer a Window after the step) return the scope to its own
+//     delay: the step costs about 5×(Factor-1) starts, five with the
+//     default Factor (under 2 % of the next minute's on a scope paced at
+//     200 ms). A second signal before that return, or within a Window
+//     after it, confirms a limit: the episode goes on by the rules below,
+//     as one that began with two signals.
 //   - A signal that is not known to be a rate limit (a timeout, or a 5xx
 //     that follows another signal: a 503 storm, not a limiter refusing
 //     between its successes) and confirms an episode steps to at least
@@ -56,9 +55,9 @@ import (
 //     limit, the scope sends one probe per OutageProbe, and the first
 //     response that is not a signal returns it to the delay it had before
 //     the episode. If that return draws signals again, the episode is a
-//     rate limit after all and plain doubling continues. This keeps a storm to a handful of
-//     requests and recovers within one probe of its end, where doubling to
-//     MaxDelay would take minutes to notice.
+//     rate limit after all and plain doubling continues. This keeps a
+//     storm to a handful of requests and recovers within one probe of its
+//     end, where doubling to MaxDelay would take minutes to notice.
 //
 // Server-given waits (Retry-After, RateLimit headers) gate the scope on top
 // of one step, capped at MaxDelay. Backoff only ever tightens: the delay is
@@ -353,9 +352,9 @@ func (b *backoff) onOutage(now time.Time, cfg *ScopeConfig, eff time.Duration) {
 const outageFirstProbe = 5 * time.Second
 
 // isolatedQuiet is how many answers without a signal, to requests sent
-// at the raised delay, end the step of an isolated signal: a token
-// bucket refilled by that many tokens over them (at twice the delay it
-// gains one a start), few enough that the step costs about
+// at the raised delay, end the step of an isolated signal (the five of
+// BackoffConfig's doc): over them a token bucket gains that many tokens
+// (at twice the delay, one a start), and the step costs about
 // isolatedQuiet×(Factor-1) starts. A limiter that still refuses the old
 // pace refuses it again within the Window after, which confirms.
 const isolatedQuiet = 5
