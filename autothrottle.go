@@ -9,10 +9,25 @@ import (
 // AutoThrottleConfig configures Scrapy's AutoThrottle rule for one scope:
 // the delay follows latency / TargetConcurrency. Each response moves the
 // delay halfway toward it (at once when it is higher), within Delay and
-// MaxDelay; a response other than 200 never lowers it. A zero
-// AutoThrottleConfig is invalid (TargetConcurrency must be > 0, even with
-// Enabled false), except in a Config.Scopes entry or a SetScopeConfig
-// argument, where it stands for Default's; start from
+// MaxDelay; a response other than 200 never lowers it.
+//
+// The scope's Delay is AutoThrottle's floor, as DOWNLOAD_DELAY is
+// Scrapy's: AutoThrottle never goes under it. Delay is a politeness floor
+// the package guarantees (starts at least Delay×(1+Jitter.Min) apart)
+// whatever adapts above it, and a latency rule that went under it would
+// break that promise on every fast site, where it matters most. So
+// AutoThrottle only slows a scope down from Delay: over DefaultConfig's
+// Delay of 1 s it runs as DefaultConfig does on any site that answers
+// within a second (times TargetConcurrency), after a slower start
+// (StartDelay), and never faster. New warns about every scope whose
+// AutoThrottle is on over a Delay of 1 s or more, naming both settings,
+// through the Warning hook and the logger. For AutoThrottle to speed a
+// scope up on fast sites, set Delay to 0, or to the least gap you want
+// between starts.
+//
+// A zero AutoThrottleConfig is invalid (TargetConcurrency must be > 0,
+// even with Enabled false), except in a Config.Scopes entry or a
+// SetScopeConfig argument, where it stands for Default's; start from
 // DefaultConfig().Default.AutoThrottle. A plain value: copy it freely, but
 // don't change it while another goroutine reads it.
 type AutoThrottleConfig struct {

@@ -2,9 +2,12 @@ package throttle
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -128,4 +131,80 @@ func TestAutoThrottleDebugRecord(t *testing.T) {
 	buf.Reset()
 	s.Finish(now.Add(2*time.Second), s.Start(now, 1), &Feedback{Status: 200, Latency: time.Second, NoAdjust: true})
 	assert.Empty(t, buf.String())
+}
+
+// TestAutoThrottleFlooredWarned: AutoThrottle switched on over a Delay of
+// DefaultConfig's 1 s or more can never run faster than DefaultConfig
+// (Delay is its floor): New says so at once, through the Warning hook and
+// the logger, naming both settings. A Delay under 1 s leaves AutoThrottle
+// room to speed up, and draws no such warning.
+func TestAutoThrottleFlooredWarned(t *testing.T) {
+	var log bytes.Buffer
+	var w warnings
+	cfg := DefaultConfig()
+	cfg.Default.AutoThrottle.Enabled = true
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	cfg.Hooks.Warning = w.hook
+	fast, polite, off := cfg.Default, cfg.Default, cfg.Default
+	fast.Delay = 0
+	polite.Delay = 2 * time.Second
+	off.AutoThrottle.Enabled = false
+	cfg.Scopes = map[string]ScopeConfig{"fast.example": fast, "polite.example": polite, "off.example": off}
+	newManager(t, cfg)
+	msgs := w.all()
+	assert.Contains(t, msgs, "throttle: Default.AutoThrottle is on but Default.Delay 1s floors it: AutoThrottle never goes under Delay, "+
+		"so it can only slow the scope down and never runs it faster than DefaultConfig (Delay 1s); "+
+		"lower Delay (e.g. 0) for it to speed up on fast sites")
+	assert.Contains(t, msgs, `Scopes["polite.example"].AutoThrottle is on but Scopes["polite.example"].Delay 2s floors it`)
+	assert.Equal(t, 2, strings.Count(msgs, "floors it"), msgs)
+	assert.Equal(t, 2, strings.Count(log.String(), "floors it"), log.String())
+
+	for _, d := range []time.Duration{0, 200 * ms, 999 * ms} {
+		var w warnings
+		cfg := DefaultConfig()
+		cfg.Default.AutoThrottle.Enabled, cfg.Default.Delay = true, d
+		cfg.Hooks.Warning = w.hook
+		newManager(t, cfg)
+		assert.Empty(t, w.all(), "Delay %v", d)
+	}
+}
+
+// TestAutoThrottleRecipeFasterOnAFastSite: the README's recipe for
+// AutoThrottle (DefaultConfig, AutoThrottle on, Delay 0) runs a site that
+// answers in 50 ms far faster than DefaultConfig, which starts one
+// request a second, and draws no warning; AutoThrottle over
+// DefaultConfig's Delay runs exactly as DefaultConfig there (after its
+// slower start): that is what New warns about.
+func TestAutoThrottleRecipeFasterOnAFastSite(t *testing.T) {
+	crawl := func(cfg Config) (n int) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg.JitterSeed = 1
+			m := newManager(t, cfg)
+			end := time.Now().Add(2 * time.Minute)
+			for time.Now().Before(end) {
+				p, err := m.Acquire(context.Background(), get(t, "http://fast.example/"))
+				require.NoError(t, err)
+				n++
+				time.Sleep(50 * ms)
+				p.Release(ok200, nil)
+			}
+		})
+		return n
+	}
+	def := DefaultConfig()
+	floored := DefaultConfig()
+	floored.Default.AutoThrottle.Enabled = true
+	recipe := DefaultConfig()
+	recipe.Default.AutoThrottle.Enabled = true
+	recipe.Default.Delay = 0
+	var w warnings
+	recipe.Hooks.Warning = w.hook
+
+	nDef, nFloored, nRecipe := crawl(def), crawl(floored), crawl(recipe)
+	t.Logf("starts in 2 minutes at 50 ms latency: DefaultConfig %d, AutoThrottle over Delay 1s %d, the recipe (Delay 0) %d",
+		nDef, nFloored, nRecipe)
+	assert.Empty(t, w.all())
+	assert.Greater(t, nRecipe, 10*nDef, "the recipe goes faster than DefaultConfig")
+	assert.LessOrEqual(t, nFloored, nDef, "floored at Delay: never faster than DefaultConfig")
+	assert.InDelta(t, 120, nDef, 12)
 }

@@ -14,36 +14,50 @@ import (
 // The rule, per scope:
 //
 //   - A signal multiplies the delay in effect by Factor, never above
-//     MaxDelay, and a step is never below MinDelay (so from a zero delay
-//     the first step is MinDelay, and a 100 ms delay that drew a 429 goes
-//     to 1 s, not 200 ms: a server that objects to 100 ms rarely accepts
-//     200 ms, and recovery brings the delay back down by bisection). Only requests
+//     MaxDelay; from a zero delay the first step is MinDelay. Only requests
 //     started after the previous step count: responses to requests sent at
 //     the old rate were already answered by that step, so a burst of 429s
 //     from in-flight requests is one step, not ten (TCP's one reduction per
 //     round trip).
+//   - The first signal after a quiet spell is isolated until another one
+//     confirms it: a token bucket paced right at its limit refuses a
+//     request now and then, and that refusal says little about the pace.
+//     It steps the delay by Factor, and five answers without a signal to
+//     requests sent at the raised delay (or, on a slow scope, the first
+//     such answer a Window after the step) return the scope to its own
+//     delay: the step costs about 5×(Factor-1) starts, five with the
+//     default Factor (under 2 % of the next minute's on a scope paced at
+//     200 ms). A second signal before that return, or within a Window
+//     after it, confirms a limit: the episode goes on by the rules below,
+//     as one that began with two signals.
+//   - A signal that is not known to be a rate limit (a timeout, or a 5xx
+//     that follows another signal: a 503 storm, not a limiter refusing
+//     between its successes) and confirms an episode steps to at least
+//     MinDelay, so that outages are told apart at the same pace whatever
+//     the configured delay. A rate limit (a 429, or a 5xx right after a
+//     success) steps by Factor alone.
 //   - A timeout on a scope with more than one slot first lowers the
 //     concurrency by ConcurrencyFactor (never below 1), then the delay.
-//   - Recovery is a bisection: a full Window with responses and no signal
-//     proves the current delay safe; the delay then moves halfway toward the
-//     highest delay that drew a signal, and a signal while probing below the
-//     lowest safe delay returns there rather than doubling. The scope thus
-//     settles just above what the server tolerates (within 5 %) instead of
-//     ping-ponging, even when the configured delay itself drew the signal.
-//     After ten settled windows that bound is forgotten, so a server that
-//     became more lenient is probed again: the delay then moves halfway
-//     toward the configured delay per quiet window, and once within
-//     MinDelay of it backoff is over.
-//   - Outages: when signals persist after the delay grew by Factor², or
-//     come four in a row with no success between, and none is a rate limit
-//     (a 429, or a 5xx that follows a success: rate limiters that answer
-//     503 refuse between successes, a 503 storm fails everything), the
-//     scope sends one probe per OutageProbe, and the first response that is
-//     not a signal returns it to the delay it had before the episode. If
-//     that return draws signals again, the episode is a rate limit after
-//     all and plain doubling continues. This keeps a storm to a handful of
-//     requests and recovers within one probe of its end, where doubling to
-//     MaxDelay would take minutes to notice.
+//   - Recovery of a confirmed episode is a bisection: a full Window with
+//     responses and no signal proves the current delay safe; the delay then
+//     moves halfway toward the highest delay that drew a signal, and a
+//     signal while probing below the lowest safe delay returns there rather
+//     than doubling. The scope thus settles just above what the server
+//     tolerates (within 5 %) instead of ping-ponging, even when the
+//     configured delay itself drew the signals. After ten settled windows
+//     that bound is forgotten, so a server that became more lenient is
+//     probed again: the delay then moves halfway toward the configured
+//     delay per quiet window, and once within MinDelay of it backoff is
+//     over.
+//   - Outages: when signals persist after the delay grew by Factor² from
+//     the larger of the configured delay and MinDelay (with rampup on:
+//     four come in a row with no success between), and none is a rate
+//     limit, the scope sends one probe per OutageProbe, and the first
+//     response that is not a signal returns it to the delay it had before
+//     the episode. If that return draws signals again, the episode is a
+//     rate limit after all and plain doubling continues. This keeps a
+//     storm to a handful of requests and recovers within one probe of its
+//     end, where doubling to MaxDelay would take minutes to notice.
 //
 // Server-given waits (Retry-After, RateLimit headers) gate the scope on top
 // of one step, capped at MaxDelay. Backoff only ever tightens: the delay is
@@ -64,8 +78,13 @@ type BackoffConfig struct {
 	Statuses []int
 	// Factor multiplies the delay at each signal. Default 2. Must be >= 1.
 	Factor float64
-	// MinDelay is the first step from a zero delay, and the distance from
-	// the configured delay at which recovery ends. Default 1s.
+	// MinDelay is the first step from a zero delay; the least delay of a
+	// confirmed episode's step on a signal that is not a rate limit (a
+	// timeout, a 5xx after another signal), so that outages are told
+	// apart at the same pace whatever the configured delay; and the
+	// distance from the configured delay at which recovery ends. It is
+	// no floor under a rate limit's step: a 429 on a scope paced at
+	// 200 ms steps to 400 ms. Default 1s.
 	MinDelay time.Duration
 	// MaxDelay caps the backoff delay and server-given waits. Default 300s.
 	MaxDelay time.Duration
@@ -139,26 +158,35 @@ func (c BackoffConfig) validate(prefix string, delay time.Duration) error {
 // delay that drew a signal and probe lower again.
 const settleForget = 10
 
-// backoff is the learned backoff state of one scope.
+// backoff is the learned backoff state of one scope. Its flags sit
+// together: a scope's size decides its allocation's size class.
 type backoff struct {
 	minStatus   int           // the lowest of Backoff.Statuses
 	delay       time.Duration // backoff delay; 0 when not backing off
 	concurrency int           // reduced concurrency; 0 when not reduced
 
 	bad      time.Duration // highest delay that drew a rate signal this episode
-	hasBad   bool          // bad is known (it may be 0: a zero delay drew a signal)
 	safe     time.Duration // lowest delay proven safe by a quiet window
 	base     time.Duration // the delay in effect when the episode began
 	lastStep time.Time     // when the delay or concurrency last stepped up
-	stepped  bool
-	outage   bool // probing an outage
-	outaged  bool // this episode already had an outage; don't detect again
-	settled  int  // quiet windows spent settled just above bad
+	settled  int           // quiet windows spent settled just above bad
+	// probation is when the Window after an isolated step's return ends:
+	// a signal before then confirms it.
+	probation time.Time
 
 	win        time.Time // start of the current window
-	winSet     bool
 	winSignals int
 	winOK      int
+
+	hasBad  bool // bad is known (it may be 0: a zero delay drew a signal)
+	stepped bool
+	outage  bool // probing an outage
+	outaged bool // this episode already had an outage; don't detect again
+	winSet  bool
+	// iso says the episode is one isolated signal so far, isoOK counts
+	// the answers without a signal since its step.
+	iso   bool
+	isoOK uint8
 }
 
 func (b *backoff) configure(cfg *ScopeConfig) {
@@ -170,9 +198,7 @@ func (b *backoff) configure(cfg *ScopeConfig) {
 	for _, st := range cfg.Backoff.Statuses {
 		b.minStatus = min(b.minStatus, st)
 	}
-	if b.delay > 0 {
-		b.delay = min(max(b.delay, cfg.Backoff.MinDelay), cfg.Backoff.MaxDelay)
-	}
+	b.delay = min(b.delay, cfg.Backoff.MaxDelay)
 	if b.concurrency >= cfg.Concurrency {
 		b.concurrency = 0
 	}
@@ -221,7 +247,7 @@ func (b *backoff) onAnswer(now time.Time, cfg *ScopeConfig, a *answer) bool {
 	case a.signal:
 		b.onSignal(now, cfg, a.started, a.delay, a.timeout, a.rateLimited, a.conc)
 	case !a.failed:
-		return b.onSuccess(now)
+		return b.onSuccess(now, cfg, a.started)
 	}
 	return false
 }
@@ -254,12 +280,16 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	if b.stepped && started.Before(b.lastStep) {
 		return // sent before the last step: already answered
 	}
+	confirms := true
 	if b.delay == 0 && b.concurrency == 0 { // a new episode
+		confirms = now.Before(b.probation)
 		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
 	}
+	b.iso = !confirms
 	b.lastStep, b.stepped = now, true
 	b.settled = 0
 	if timeout && conc > 1 && bc.ConcurrencyFactor < 1 {
+		b.iso = false // a saturated server: recovery by windows
 		b.concurrency = max(1, int(float64(conc)*bc.ConcurrencyFactor))
 		return
 	}
@@ -283,7 +313,10 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	case eff == 0:
 		next = bc.MinDelay
 	default:
-		next = max(admission.ScaleDuration(eff, bc.Factor), bc.MinDelay)
+		next = admission.ScaleDuration(eff, bc.Factor)
+		if !b.iso && !rateLimited {
+			next = max(next, bc.MinDelay)
+		}
 		if b.safe > eff {
 			next = min(next, b.safe) // bisection: back to the last safe delay
 		}
@@ -318,9 +351,18 @@ func (b *backoff) onOutage(now time.Time, cfg *ScopeConfig, eff time.Duration) {
 // sends its first probe (see onOutage).
 const outageFirstProbe = 5 * time.Second
 
-// onSuccess notes a response that is not a signal. It reports whether the
-// delay changed (an outage ended).
-func (b *backoff) onSuccess(now time.Time) bool {
+// isolatedQuiet is how many answers without a signal, to requests sent
+// at the raised delay, end the step of an isolated signal (the five of
+// BackoffConfig's doc): over them a token bucket gains that many tokens
+// (at twice the delay, one a start), and the step costs about
+// isolatedQuiet×(Factor-1) starts. A limiter that still refuses the old
+// pace refuses it again within the Window after, which confirms.
+const isolatedQuiet = 5
+
+// onSuccess notes a response that is not a signal to a request started
+// at started. It reports whether the delay changed (an outage or an
+// isolated step ended).
+func (b *backoff) onSuccess(now time.Time, cfg *ScopeConfig, started time.Time) bool {
 	b.winOK++
 	if b.outage {
 		// The server answers again: back to the delay before the
@@ -329,7 +371,17 @@ func (b *backoff) onSuccess(now time.Time) bool {
 		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
 		return true
 	}
-	return false
+	if !b.iso || started.Before(b.lastStep) {
+		return false
+	}
+	if b.isoOK++; b.isoOK < isolatedQuiet && now.Sub(b.lastStep) < cfg.Window {
+		return false
+	}
+	// The isolated signal was not confirmed: back to the scope's own
+	// delay, on probation for a Window.
+	*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK,
+		lastStep: b.lastStep, stepped: true, probation: now.Add(cfg.Window)}
+	return true
 }
 
 // quiet reports whether tick has nothing to do at now: backoff is off, or
@@ -359,7 +411,7 @@ func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base, own time.Duration)
 	}
 	changed := false
 	held := b.concurrency == 0 && b.delay <= own
-	if b.winSignals == 0 && b.winOK > 0 && (b.delay > 0 || b.concurrency > 0) && !held {
+	if b.winSignals == 0 && b.winOK > 0 && (b.delay > 0 || b.concurrency > 0) && !held && !b.iso {
 		b.recover(cfg, base)
 		changed = true
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/crawlerkit/throttle/ratelimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 )
 
 // policy drives one default ScopeManager in explicit time.
@@ -147,14 +148,21 @@ func TestBackoffBisection(t *testing.T) {
 }
 
 // TestBackoffRecoversToConfigured: the configured delay itself drew the
-// signal, so recovery bisects toward it and settles just above it rather
-// than jumping back into the signal; after settleForget quiet windows the
-// bound is forgotten and the scope returns to the configured delay.
+// signals (an isolated one, then one that confirms it), so recovery
+// bisects toward it and settles just above it rather than jumping back
+// into the signal; after settleForget quiet windows the bound is
+// forgotten and the scope returns to the configured delay.
 func TestBackoffRecoversToConfigured(t *testing.T) {
 	cfg := backoffConfig()
 	cfg.Delay = time.Second
 	p := newPolicy(t, cfg)
 	p.request(10*ms, tooMany)
+	assert.Equal(t, 2*time.Second, p.delay())
+	for range isolatedQuiet {
+		p.request(10*ms, ok)
+	}
+	assert.Equal(t, time.Second, p.delay(), "isolated: back after isolatedQuiet answers")
+	p.request(10*ms, tooMany) // within the Window after: confirmed
 	assert.Equal(t, 2*time.Second, p.delay())
 	p.advance(cfg.Window) // the window with the signal ends: not quiet
 	assert.Equal(t, 2*time.Second, p.delay())
@@ -489,4 +497,213 @@ func TestBackoffJitterAfterBackoffEnds(t *testing.T) {
 		}
 		require.True(t, ended, "seed %d: backoff ended", seed)
 	}
+}
+
+// knownLimitConfig is the README's recipe for an API whose limit you
+// know, at 5 req/s: DefaultConfig with Delay 200 ms and Jitter{Max: 0.1}
+// (gaps 200-220 ms), rampup off.
+func knownLimitConfig() ScopeConfig {
+	cfg := defaultScopeConfig()
+	cfg.Delay, cfg.Jitter = 200*ms, Jitter{Max: 0.1}
+	return cfg
+}
+
+// paceFor sends p's requests one at a time, each as soon as the scope
+// admits it, for d; each takes lat and is answered by serve. It returns
+// the start times.
+func (p *policy) paceFor(d, lat time.Duration, serve func(start time.Time) Feedback) []time.Time {
+	end := p.now.Add(d)
+	var starts []time.Time
+	for {
+		if a := p.s.Admit(p.now, 1); a.Reason != ReasonNone {
+			p.now = a.At
+		}
+		if !p.now.Before(end) {
+			return starts
+		}
+		starts = append(starts, p.now)
+		p.request(lat, serve(p.now))
+	}
+}
+
+// countIn counts the times in [from, from+d).
+func countIn(ts []time.Time, from time.Time, d time.Duration) int {
+	n := 0
+	for _, t := range ts {
+		if !t.Before(from) && t.Before(from.Add(d)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBackoffIsolatedRefusalCostsLittle: on a scope paced at a known
+// limit (Delay 200 ms, Jitter{Max: 0.1}) against a token bucket of 5/s
+// that accepts that pace, one 429 without Retry-After at 15 s costs at
+// most 5 % of the next minute's starts: it steps the delay to 400 ms for
+// isolatedQuiet answers, then the scope is back at its pace. (With
+// MinDelay as the floor of every step it went to 1 s for a whole Window
+// and more: 43 % of the limit over that minute.)
+func TestBackoffIsolatedRefusalCostsLittle(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		crawl := func(refuse bool) (starts []time.Time, at time.Time, refused int) {
+			p := newPolicy(t, knownLimitConfig())
+			p.s.rng = rand.New(rand.NewPCG(seed, 1))
+			bucket := rate.NewLimiter(5, 1)
+			t0 := p.now
+			starts = p.paceFor(2*time.Minute, 20*ms, func(start time.Time) Feedback {
+				if refuse && at.IsZero() && start.Sub(t0) >= 15*time.Second {
+					at, refused = start, refused+1
+					return tooMany
+				}
+				if !bucket.AllowN(start, 1) {
+					refused++
+					return tooMany
+				}
+				return ok
+			})
+			return starts, at, refused
+		}
+		plain, _, refusedPlain := crawl(false)
+		starts, at, refused := crawl(true)
+		require.Zero(t, refusedPlain, "seed %d: the bucket accepts the pace", seed)
+		require.Equal(t, 1, refused, "seed %d: the injected 429 only", seed)
+		want := countIn(plain, at, time.Minute)
+		got := countIn(starts, at, time.Minute)
+		assert.GreaterOrEqual(t, float64(got), 0.95*float64(want),
+			"seed %d: %d starts in the minute after the 429, %d without it", seed, got, want)
+		assert.GreaterOrEqual(t, got, 270, "seed %d: of 300 at 200 ms (286 at the jitter's mean 210 ms)", seed)
+		if seed == 1 {
+			t.Logf("starts in the minute after the 429: %d; without it: %d (of 300 at 200 ms)", got, want)
+		}
+	}
+}
+
+// TestBackoffIsolatedStep: the isolated step is Factor times the delay in
+// effect, not MinDelay; it ends after isolatedQuiet answers to requests
+// sent at the raised delay; a second signal within the Window after it
+// confirms a limit and goes on doubling, while one after that Window is
+// isolated again.
+func TestBackoffIsolatedStep(t *testing.T) {
+	cfg := knownLimitConfig()
+	cfg.Jitter = Jitter{}
+	p := newPolicy(t, cfg)
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 400*ms, p.delay(), "x Factor, not MinDelay")
+	for i := range isolatedQuiet - 1 {
+		p.request(10*ms, ok)
+		require.Equal(t, 400*ms, p.delay(), "answer %d", i+1)
+	}
+	p.request(10*ms, ok)
+	assert.Equal(t, 200*ms, p.delay(), "back to the scope's pace")
+	p.advance(cfg.Window - time.Second)
+	p.request(10*ms, tooMany) // within the Window after: a limit
+	assert.Equal(t, 400*ms, p.delay())
+	for range isolatedQuiet {
+		p.request(10*ms, ok)
+	}
+	assert.Equal(t, 400*ms, p.delay(), "confirmed: recovery by windows")
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 800*ms, p.delay(), "a run doubles")
+
+	q := newPolicy(t, cfg)
+	q.request(10*ms, tooMany)
+	for range isolatedQuiet {
+		q.request(10*ms, ok)
+	}
+	q.advance(cfg.Window)
+	q.request(10*ms, tooMany) // a Window after: isolated again
+	assert.Equal(t, 400*ms, q.delay())
+	for range isolatedQuiet {
+		q.request(10*ms, ok)
+	}
+	assert.Equal(t, 200*ms, q.delay())
+
+	// A slow scope: the first quiet answer a Window after the step ends
+	// it, however few came.
+	cfg.Delay = 40 * time.Second
+	r := newPolicy(t, cfg)
+	r.request(10*ms, tooMany)
+	require.Equal(t, 80*time.Second, r.delay())
+	r.now = r.now.Add(cfg.Window)
+	r.request(10*ms, ok)
+	assert.Equal(t, 40*time.Second, r.delay())
+}
+
+// TestBackoffRefusalRunsBackOff: a server whose limit is under the
+// configured pace (a token bucket of 2/s against Delay 200 ms) refuses
+// again after the isolated step: the second refusal confirms a limit, and
+// backoff doubles and bisects as for any run of refusals. The bucket has
+// no burst, so it refuses any gap under 500 ms, and backoff's ±10 %
+// jitter draws gaps down to 0.9 times the delay: the scope settles within
+// 10 % above 500/0.9 ms (575 ms, before the isolated step as after it),
+// with few refusals after.
+func TestBackoffRefusalRunsBackOff(t *testing.T) {
+	cfg := knownLimitConfig()
+	p := newPolicy(t, cfg)
+	p.s.rng = rand.New(rand.NewPCG(1, 1))
+	bucket := rate.NewLimiter(2, 1)
+	var refusals []time.Time
+	t0 := p.now
+	p.paceFor(30*time.Minute, 20*ms, func(start time.Time) Feedback {
+		if !bucket.AllowN(start, 1) {
+			refusals = append(refusals, start)
+			return tooMany
+		}
+		return ok
+	})
+	d := p.delay()
+	assert.GreaterOrEqual(t, d, 500*ms)
+	assert.Less(t, d, 611*ms, "settled within 10 %% above 500/0.9 ms")
+	late := countIn(refusals, t0.Add(10*time.Minute), 20*time.Minute)
+	assert.LessOrEqual(t, late, 20, "at most one refusal a minute once settled (%d in all)", len(refusals))
+	t.Logf("delay %v; %d refusals, %d in minutes 10-30", d, len(refusals), late)
+}
+
+// TestBackoffStormOnAFastScope: a 503 storm on a scope paced at 200 ms is
+// an outage: the isolated step, then at least MinDelay (a 5xx after a
+// signal is no rate limit), doubling to Factor² x MinDelay, then one
+// probe per OutageProbe; the first good answer returns to 200 ms.
+func TestBackoffStormOnAFastScope(t *testing.T) {
+	cfg := knownLimitConfig()
+	cfg.Jitter = Jitter{}
+	p := newPolicy(t, cfg)
+	var steps []time.Duration
+	for range 7 {
+		p.request(10*ms, Feedback{Status: 503})
+		steps = append(steps, p.delay())
+	}
+	assert.Equal(t, []time.Duration{400 * ms, time.Second, 2 * time.Second, 4 * time.Second, time.Minute, time.Minute, time.Minute}, steps)
+	assert.True(t, p.s.backoff.outage)
+	p.request(10*ms, ok)
+	assert.Equal(t, 200*ms, p.delay(), "the storm is over")
+}
+
+// TestBackoffIsolatedStepShared: the isolated step and its probation are
+// learned state: a scope that imports them (another worker of a fleet, or
+// an Import) ends the step after the same answers, and takes a signal in
+// the probation as confirming.
+func TestBackoffIsolatedStepShared(t *testing.T) {
+	cfg := knownLimitConfig()
+	cfg.Jitter = Jitter{}
+	moved := func(p *policy) *policy {
+		q := newPolicy(t, cfg)
+		q.now = p.now
+		st := p.s.exportLearned()
+		require.NoError(t, q.s.importLearned(&st))
+		return q
+	}
+	p := newPolicy(t, cfg)
+	p.request(10*ms, tooMany)
+	p.request(10*ms, ok)
+	p = moved(p)
+	require.Equal(t, 400*ms, p.delay())
+	for range isolatedQuiet - 1 {
+		p.request(10*ms, ok)
+	}
+	require.Equal(t, 200*ms, p.delay(), "the answers before the import counted")
+	p = moved(p)
+	p.request(10*ms, tooMany)
+	assert.Equal(t, 400*ms, p.delay())
+	assert.False(t, p.s.backoff.iso, "in probation: confirmed")
 }

@@ -209,7 +209,9 @@ type ScopeConfig struct {
 	// step and rampup counts backoff signals. Default 60s.
 	Window time.Duration
 
-	// AutoThrottle configures Scrapy's latency/N rule. Off by default.
+	// AutoThrottle configures Scrapy's latency/N rule, never under Delay
+	// (New warns when Delay is 1 s or more: AutoThrottle can then only
+	// slow the scope down). Off by default.
 	AutoThrottle AutoThrottleConfig
 	// Backoff configures the reaction to backoff signals. On by default.
 	Backoff BackoffConfig

@@ -51,6 +51,9 @@ type learnedBack struct {
 	Win         int64         `json:"w,omitempty"`
 	WinSignals  int           `json:"ws,omitempty"`
 	WinOK       int           `json:"wo,omitempty"`
+	Iso         bool          `json:"i,omitempty"`
+	IsoOK       int           `json:"io,omitempty"`
+	Probation   int64         `json:"pr,omitempty"`
 }
 
 type learnedRampup struct {
@@ -126,7 +129,8 @@ func (s *defaultScope) exportLearned() learnedState {
 		st.Back = &learnedBack{Delay: b.delay, Concurrency: b.concurrency, Bad: b.bad, HasBad: b.hasBad,
 			Safe: b.safe, Base: b.base, LastStep: unixNano(b.lastStep), Stepped: b.stepped,
 			Outage: b.outage, Outaged: b.outaged, Settled: b.settled,
-			Win: unixNano(b.win), WinSignals: b.winSignals, WinOK: b.winOK}
+			Win: unixNano(b.win), WinSignals: b.winSignals, WinOK: b.winOK,
+			Iso: b.iso, IsoOK: int(b.isoOK), Probation: unixNano(b.probation)}
 		if !b.winSet {
 			st.Back.Win = 0
 		}
@@ -158,7 +162,7 @@ func (st *learnedState) check() error {
 		return bad("negative AutoThrottle delay")
 	}
 	if b := st.Back; b != nil {
-		if b.Delay < 0 || b.Bad < 0 || b.Safe < 0 || b.Base < 0 || b.Concurrency < 0 || b.Settled < 0 || b.WinSignals < 0 || b.WinOK < 0 {
+		if b.Delay < 0 || b.Bad < 0 || b.Safe < 0 || b.Base < 0 || b.Concurrency < 0 || b.Settled < 0 || b.WinSignals < 0 || b.WinOK < 0 || b.IsoOK < 0 {
 			return bad("negative backoff value")
 		}
 	}
@@ -202,7 +206,7 @@ func (st *learnedState) shift(d int64) {
 func (st *learnedState) times() []*int64 {
 	var ts []*int64
 	if b := st.Back; b != nil {
-		ts = append(ts, &b.LastStep, &b.Win)
+		ts = append(ts, &b.LastStep, &b.Win, &b.Probation)
 	}
 	if r := st.Ramp; r != nil {
 		ts = append(ts, &r.Changed, &r.Cut, &r.Rise, &r.GAt, &r.First, &r.AccAt, &r.ProbeAt, &r.PausedAt,
@@ -224,7 +228,8 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		s.backoff = backoff{minStatus: s.backoff.minStatus, delay: b.Delay, concurrency: b.Concurrency,
 			bad: b.Bad, hasBad: b.HasBad, safe: b.Safe, base: b.Base, lastStep: fromUnixNano(b.LastStep),
 			stepped: b.Stepped, outage: b.Outage, outaged: b.Outaged, settled: b.Settled,
-			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK}
+			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK,
+			iso: b.Iso, isoOK: uint8(min(b.IsoOK, isolatedQuiet)), probation: fromUnixNano(b.Probation)}
 	}
 	if r := st.Ramp; r != nil {
 		// A latency above MaxDelay, the longest wait any policy sets,

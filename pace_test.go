@@ -191,7 +191,7 @@ func TestSlotsAboveALoweredConcurrency(t *testing.T) {
 // with MaxDelay 300 s, waits of 2m33s to 7m29s).
 func TestBackoffFirstWaitDrawsBackoffJitter(t *testing.T) {
 	cfg := defaultScopeConfig()
-	cfg.Backoff.MinDelay = 300 * time.Second
+	cfg.Backoff.Factor = 300 // 1 s x 300: MaxDelay
 	cfg.Backoff.OutageProbe = 0
 	for seed := range uint64(200) {
 		s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,

@@ -218,10 +218,11 @@ func TestWarnings(t *testing.T) {
 		}
 		out := log.String()
 		require.Equal(t, 1, strings.Count(out, "TargetConcurrency 32 exceeds Concurrency 16"), out)
+		require.Equal(t, 1, strings.Count(out, "Default.AutoThrottle is on but Default.Delay 1s floors it"), out)
 		require.Equal(t, 1, strings.Count(out, "Concurrency 16 has had no effect"), out)
 		require.Contains(t, out, "never more than 1 was in flight")
-		require.Len(t, hooked, 2)
-		require.Equal(t, "a.test", hooked[1].Scope)
+		require.Len(t, hooked, 3)
+		require.Equal(t, "a.test", hooked[2].Scope)
 	})
 }
 

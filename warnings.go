@@ -85,13 +85,17 @@ func (m *ThrottlingManager) flushWarnings() {
 // setting is called ineffective.
 const ineffectiveAfter = 100
 
-// warnStatic warns at New about settings that contradict each other.
+// warnStatic warns at New about settings that contradict each other or
+// hold each other back.
 func (m *ThrottlingManager) warnStatic() {
 	check := func(name string, sc *ScopeConfig) {
 		if sc.AutoThrottle.Enabled && sc.AutoThrottle.TargetConcurrency > float64(sc.Concurrency) {
 			m.warn(fmt.Sprintf("throttle: %s.AutoThrottle.TargetConcurrency %g exceeds Concurrency %d: AutoThrottle "+
 				"aims at %g requests in flight but the scope allows %d, so its delay is lower than it would choose",
 				name, sc.AutoThrottle.TargetConcurrency, sc.Concurrency, sc.AutoThrottle.TargetConcurrency, sc.Concurrency), "")
+		}
+		if sc.AutoThrottle.Enabled && sc.Delay >= defaultScopeConfig().Delay {
+			m.warn(autoThrottleFloored(name, sc), "")
 		}
 		for _, msg := range ineffectiveSettings(name, sc) {
 			m.warn("throttle: "+msg, "")
@@ -101,4 +105,15 @@ func (m *ThrottlingManager) warnStatic() {
 	for k, sc := range m.cfg.Scopes {
 		check(fmt.Sprintf("Scopes[%q]", k), &sc)
 	}
+}
+
+// autoThrottleFloored is the warning for a scope name whose AutoThrottle
+// is on over a Delay of DefaultConfig's or more: Delay is AutoThrottle's
+// floor (see AutoThrottleConfig), so AutoThrottle can never run that
+// scope faster than DefaultConfig does, and a user who turned it on to go
+// faster on fast sites gets nothing.
+func autoThrottleFloored(name string, sc *ScopeConfig) string {
+	return fmt.Sprintf("throttle: %s.AutoThrottle is on but %s.Delay %v floors it: AutoThrottle never goes under "+
+		"Delay, so it can only slow the scope down and never runs it faster than DefaultConfig (Delay %v); "+
+		"lower Delay (e.g. 0) for it to speed up on fast sites", name, name, sc.Delay, defaultScopeConfig().Delay)
 }

@@ -709,7 +709,7 @@ func TestRedisRestartDataLost(t *testing.T) {
 	const (
 		conc     = 2
 		delay    = 5 * time.Millisecond
-		backoff  = 200 * time.Millisecond // the delay one 429 teaches (MinDelay)
+		backoff  = 200 * time.Millisecond // the delay one 429 teaches (Factor 40 x delay)
 		leaseTTL = 10 * time.Second       // a slot lost would outlive the test's waits
 		slow     = "http://slow.test/"
 	)
@@ -727,7 +727,7 @@ func TestRedisRestartDataLost(t *testing.T) {
 			rdb, store0 = c, s
 		}
 		ms = append(ms, fleetManager(t, errCountingStore{s, &after, &errsAfter, &lastErr}, conc, delay, func(c *throttle.Config) {
-			c.Default.Backoff.MinDelay = backoff
+			c.Default.Backoff.Factor = float64(backoff / delay)
 			c.Logger = slog.New(slog.DiscardHandler)
 		}))
 	}

@@ -5,7 +5,12 @@
 //   - slow answers in 300 ms and more under load: AutoThrottle moves its
 //     delay to follow latency / TargetConcurrency;
 //   - limited has a hidden rate limit and answers 429 with Retry-After
-//     above it: backoff slows the scope down, then probes back up.
+//     above it: backoff slows the scope down, then each quiet Window
+//     (60 s, the default: run with -duration 3m to see it) brings the
+//     delay back toward the limit.
+//
+// Every setting the demo leaves alone is the default the README
+// advertises.
 //
 // Run it from the module root:
 //
@@ -38,7 +43,6 @@ type options struct {
 	TTY       bool          // rewrite the progress line in place with "\r"
 	Tick      time.Duration // progress sampling period (rate over the last Tick)
 	LineEvery int           // without TTY, print every LineEvery ticks
-	Window    time.Duration // the scopes' Window (backoff recovery period)
 	Drain     time.Duration // how long in-flight requests may finish at the end
 }
 
@@ -48,7 +52,6 @@ func defaultOptions() options {
 		Workers:   12,
 		Tick:      time.Second,
 		LineEvery: 2,
-		Window:    3 * time.Second,
 		Drain:     3 * time.Second,
 	}
 }
@@ -127,7 +130,7 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	// permit) and the progress lines share out: one writer at a time.
 	out = &lockedWriter{w: out}
 	logs := newDelayLog(out)
-	cfg := demoConfig(opts.Window)
+	cfg := demoConfig()
 	cfg.Logger = logs.logger()
 	// This scoper names each scope after its site (fast for
 	// fast.example) for the tables below; HostScope would give the host.
@@ -208,9 +211,9 @@ func run(ctx context.Context, out io.Writer, opts options) (summary, error) {
 	return sum, ctx.Err() // non-nil when interrupted
 }
 
-// demoConfig is the throttle configuration of the demo; window is every
-// scope's Window.
-func demoConfig(window time.Duration) throttle.Config {
+// demoConfig is the throttle configuration of the demo: DefaultConfig
+// with a scope entry per site, each changing only what it names.
+func demoConfig() throttle.Config {
 	cfg := throttle.DefaultConfig()
 	cfg.GlobalConcurrency = 16 // the default; above the workers, so it never binds
 
@@ -220,12 +223,10 @@ func demoConfig(window time.Duration) throttle.Config {
 	// warns that Concurrency has no effect).
 	fast.Concurrency = 1
 	fast.Delay = 25 * time.Millisecond // ±50 % jitter (the default) around it
-	fast.Window = window
 
 	slow := cfg.Default
 	slow.Concurrency = 4
 	slow.Delay = 0 // the floor of the AutoThrottle delay
-	slow.Window = window
 	slow.AutoThrottle.Enabled = true
 	slow.AutoThrottle.StartDelay = 500 * time.Millisecond
 	slow.AutoThrottle.TargetConcurrency = 2
@@ -234,13 +235,9 @@ func demoConfig(window time.Duration) throttle.Config {
 	limited := cfg.Default
 	limited.Concurrency = 2
 	limited.Delay = 100 * time.Millisecond // 10 req/s: more than the hidden limit
-	limited.Window = window
-	// Backoff is on by default (429 is a signal, Retry-After gates the
-	// scope). Its first step from a non-zero delay is Factor x delay, but
-	// recovery ends once within MinDelay of Delay: the default 1s would
-	// jump straight back to 100ms after one quiet window. 100ms lets the
-	// bisection settle just above the limit.
-	limited.Backoff.MinDelay = 100 * time.Millisecond
+	// Backoff is on by default: 429 is a signal, Retry-After gates the
+	// scope, a 429 that confirms a limit doubles the delay, and each
+	// quiet Window bisects it back toward the limit.
 
 	cfg.Scopes = map[string]throttle.ScopeConfig{"fast": fast, "slow": slow, "limited": limited}
 	return cfg
