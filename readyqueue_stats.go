@@ -14,12 +14,13 @@ type QueueStats struct {
 	At  time.Time
 	Len int // requests held (ReadyQueue.Len)
 	// Groups is the number of scope sets with requests (one per host with
-	// HostScope); each is in one of three places:
+	// HostScope); each is in one of four places:
 	//   - Ready: its head may start now, or has not been asked yet;
 	//   - Waiting: refused until a time (a delay, a gate, a quota window);
 	//   - Parked: refused until a permit of one of its scopes is released
-	//     (every slot taken, or callers blocked in Acquire ahead of it).
-	Groups, Ready, Waiting, Parked int
+	//     (every slot taken, or callers blocked in Acquire ahead of it);
+	//   - Robots: its head waits for its origin's robots.txt fetch.
+	Groups, Ready, Waiting, Parked, Robots int
 	// GlobalFull says the last attempt was refused by
 	// Config.GlobalConcurrency alone, and nothing was released since:
 	// nothing starts before a release.
@@ -39,7 +40,7 @@ type QueueStats struct {
 type QueueGroupStats struct {
 	Keys     []string // its scope keys, sorted (one with HostScope)
 	Requests int      // requests held
-	// State is where it is: "ready", "waiting" or "parked" (see
+	// State is where it is: "ready", "waiting", "parked" or "robots" (see
 	// QueueStats.Groups).
 	State string
 	// ReadyAt is, for a waiting group (a parked one behind Acquire
@@ -89,6 +90,9 @@ func (q *ReadyQueue) StatsInto(st *QueueStats, n int) {
 		case setParked:
 			st.Parked++
 			state = "parked"
+		case setRobots:
+			st.Robots++
+			state = "robots"
 		default:
 			return
 		}

@@ -89,7 +89,7 @@ func crawlScene(t testing.TB) (h http.Handler, m *throttle.ThrottlingManager, st
 	apiCfg := cfg.Default
 	apiCfg.Delay = 200 * time.Millisecond
 	slow := cfg.Default
-	slow.AutoThrottle.Enabled = true
+	slow.AutoThrottle.Enabled, slow.Delay = true, 0 // AutoThrottle's recipe: Delay would floor it
 	cfg.Scopes = map[string]throttle.ScopeConfig{"shop.example": shop, "api.example": apiCfg, "slow.example": slow}
 	byHost := map[string]*crawlSite{}
 	for i := range sites {
@@ -205,7 +205,11 @@ func TestStatusCrawlScene(t *testing.T) {
 	require.Equal(t, uint64(5), st.Totals.Robots)
 	page := serveStatus(h, http.MethodGet, "/", nil).Body.String()
 	require.Contains(t, page, "frontier: 1898 requests in 3 groups")
-	require.Contains(t, page, "3 waiting for a time")
+	// gated.example's robots.txt was never fetched: the queue fetches it
+	// (through the throttle, behind the server's 120 s gate) and holds the
+	// group until then.
+	require.Contains(t, page, "2 waiting for a time")
+	require.Contains(t, page, "1 waiting for robots.txt")
 	require.Contains(t, page, `<polyline class="sig" points="`)
 }
 
@@ -237,13 +241,14 @@ func TestStatusSeriesJSON(t *testing.T) {
 	}
 	require.Equal(t, uint32(scopeCounts(st, "flaky.example").Signals), signals, "the outage's 503s, all in the 15 minutes")
 	require.NotZero(t, signals)
-	require.Equal(t, robotsJSON{Enabled: true, Client: true, Origins: 5, Rules: 3, NoRules: 2, Delays: 1,
+	require.Equal(t, robotsJSON{Enabled: true, Client: true, Origins: 6, Fetching: 1, Rules: 3, NoRules: 2, Delays: 1,
 		Note: robotsNote(&st.Robots, st.Totals.Robots)}, doc.Robots)
 	require.Len(t, doc.Queues, 1)
 	q := doc.Queues[0]
 	require.Equal(t, "frontier", q.Name)
 	require.Equal(t, 1898, q.Len)
-	require.Equal(t, 3, q.Waiting)
+	require.Equal(t, 2, q.Waiting)
+	require.Equal(t, 1, q.Robots)
 	require.Equal(t, []string{"news.example"}, q.Top[0].Keys)
 	require.Equal(t, "waiting", q.Top[0].State)
 	require.False(t, q.Top[0].ReadyAt.IsZero())

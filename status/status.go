@@ -453,12 +453,12 @@ type statusPage struct {
 
 // statusQueue is one ReadyQueue as the page shows it.
 type statusQueue struct {
-	Name                           string
-	Len, Groups                    int
-	Ready, Waiting, Parked, Popper int
-	GlobalFull                     bool
-	Next                           string // when the next waiting group is asked: "in 2.5s", "–"
-	Top                            []statusGroup
+	Name                                   string
+	Len, Groups                            int
+	Ready, Waiting, Parked, Robots, Popper int
+	GlobalFull                             bool
+	Next                                   string // when the next waiting group is asked: "in 2.5s", "–"
+	Top                                    []statusGroup
 }
 
 // statusGroup is one group of a ReadyQueue's top.
@@ -485,7 +485,7 @@ func (sc *statusScratch) writeHTML(n, refresh int, queues []namedQueue) error {
 	for i := range sc.queues {
 		qs := &sc.queues[i]
 		q := statusQueue{Name: displayKey(queues[i].name), Len: qs.Len, Groups: qs.Groups,
-			Ready: qs.Ready, Waiting: qs.Waiting, Parked: qs.Parked, Popper: qs.Poppers,
+			Ready: qs.Ready, Waiting: qs.Waiting, Parked: qs.Parked, Robots: qs.Robots, Popper: qs.Poppers,
 			GlobalFull: qs.GlobalFull, Next: statusIn(qs.NextAt, qs.At)}
 		for _, g := range qs.Top {
 			q.Top = append(q.Top, statusGroup{Keys: displayKeys(g.Keys), Requests: g.Requests, State: g.State,
@@ -687,7 +687,7 @@ td.qkey { text-align: left; font-family: ui-monospace, monospace; white-space: n
 
 <h2 id="queues">ReadyQueues</h2>
 {{range .Queues}}<h3>{{.Name}}: {{.Len}} requests in {{.Groups}} groups</h3>
-<p>{{.Ready}} groups ready, {{.Waiting}} waiting for a time (next {{.Next}}), {{.Parked}} parked until a release; {{.Popper}} callers blocked in Pop{{if .GlobalFull}}; GlobalConcurrency holds every start{{end}}.</p>
+<p>{{.Ready}} groups ready, {{.Waiting}} waiting for a time (next {{.Next}}), {{.Parked}} parked until a release, {{.Robots}} waiting for robots.txt; {{.Popper}} callers blocked in Pop{{if .GlobalFull}}; GlobalConcurrency holds every start{{end}}.</p>
 {{if .Top}}<table>
 <tr><th class="key">scopes</th><th>requests</th><th>state</th><th>ready</th></tr>
 {{range .Top}}<tr><td class="qkey">{{.Keys}}</td><td>{{.Requests}}</td><td>{{.State}}</td><td>{{.Ready}}</td></tr>
@@ -806,6 +806,7 @@ type queueJSON struct {
 	Ready      int         `json:"ready"`
 	Waiting    int         `json:"waiting"`
 	Parked     int         `json:"parked"`
+	Robots     int         `json:"robots"`
 	GlobalFull bool        `json:"global_full"`
 	Poppers    int         `json:"poppers"`
 	NextAt     time.Time   `json:"next_at,omitzero"`
@@ -888,7 +889,7 @@ func (sc *statusScratch) writeJSON(n int, queues []namedQueue) error {
 		qs := &sc.queues[i]
 		name, _ := jsonKey(queues[i].name)
 		q := queueJSON{Name: name, Len: qs.Len, Groups: qs.Groups, Ready: qs.Ready, Waiting: qs.Waiting,
-			Parked: qs.Parked, GlobalFull: qs.GlobalFull, Poppers: qs.Poppers, Top: make([]groupJSON, 0, len(qs.Top))}
+			Parked: qs.Parked, Robots: qs.Robots, GlobalFull: qs.GlobalFull, Poppers: qs.Poppers, Top: make([]groupJSON, 0, len(qs.Top))}
 		if !qs.NextAt.IsZero() {
 			q.NextAt = qs.NextAt.UTC()
 		}
