@@ -39,6 +39,9 @@ type answer struct {
 	// reset is the reset the server named with a stated rate that is not
 	// a policy (its wait from now); zero when none.
 	reset time.Time
+	// remaining is the count the server says is left (Feedback.Remaining);
+	// -1 when it names none.
+	remaining int64
 
 	// The scope when it came: its delay and concurrency in effect, and
 	// the manager's GlobalConcurrency (rampup's cap on slots).
@@ -58,6 +61,10 @@ func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSig
 	a := answer{started: t.Start, latency: fb.Latency, status: fb.Status, failed: fb.Err != nil, timeout: fb.Timeout,
 		signal: signal, stated: fb.StatedRate, policy: fb.StatedPolicy, globalCap: s.globalCap, conc: s.concurrency()}
 	a.delay, _ = s.delay()
+	a.remaining = -1
+	if fb.HasRemaining {
+		a.remaining = fb.Remaining
+	}
 	if fb.StatedRate > 0 && !fb.StatedPolicy && fb.HasWait {
 		a.reset = now.Add(fb.Wait)
 	}

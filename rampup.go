@@ -35,10 +35,10 @@ package throttle
 //  6. Outage. Four 5xx in a row, no 2xx or 429 between: what they did is
 //     undone and backoff probes; a 2xx of a request sent since resumes at
 //     G, one sent during the run shows a rate limit and redoes it.
-//  7. Stated. A RateLimit policy is a ceiling 2 % under it. A limit over
-//     the time to a reset two answers a second apart share (a window's
-//     end) is one too, lifted after 30 s unrefused; a reset that moves (a
-//     bucket's) is a hint: B in the slow start. R stays between
+//  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a limit
+//     over the time to a reset that two answers a second apart share with
+//     no more left (a window's end), tried after 30 s; a reset that moves
+//     (a bucket's) is a hint: B in the slow start. R stays between
 //     1/Backoff.MaxDelay and the ceiling of the slots and Rampup.MinDelay.
 
 import (
@@ -210,6 +210,8 @@ type rampup struct {
 	stated   float64       // the lowest rate the server stated; 0: none
 	hintAt   time.Time     // the reset named with a stated rate that is no policy
 	hintSeen time.Time     // when
+	hintOK   int           // successes answered since
+	hintRem  int64         // the count it said was left; -1: none
 	hint     float64       // the lowest such rate
 	hinted   float64       // the lowest such rate settled at; 0: none
 	soft     bool          // stated is such a rate: a ceiling until it held a proof time unrefused
@@ -356,6 +358,9 @@ func (r *rampup) settleAt(now time.Time, cfg *ScopeConfig, gc int, s float64) {
 	r.setGood(now, s*(1-rampupEpsilon))
 	r.measured = true
 	r.probeAt = now.Add(r.probeInterval(cfg))
+	if r.soft {
+		r.probeAt = now.Add(max(r.proofTime(), rampupSoftHold)) // a window's limit is tried once it held
+	}
 	r.set(now, cfg, gc, r.good)
 }
 
@@ -411,10 +416,20 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	// end of a window, not a time that moves with each request; and
 	// from then on every such statement is the window's.
 	if !ans.reset.IsZero() && !r.windows {
-		r.windows = !r.hintAt.IsZero() && now.Sub(r.hintSeen) >= time.Second &&
+		// A token bucket's time until full stands still too while it
+		// refills unused (a Retry-After's silence), but then what is left
+		// grows; a window's only shrinks. Without a count left, the
+		// server must have accepted what would have moved a bucket's
+		// reset by a second.
+		same := !r.hintAt.IsZero() && now.Sub(r.hintSeen) >= time.Second &&
 			absDuration(ans.reset.Sub(r.hintAt)) < rampupSameReset
+		if ans.remaining >= 0 && r.hintRem >= 0 {
+			r.windows = same && ans.remaining <= r.hintRem
+		} else {
+			r.windows = same && float64(r.hintOK) >= max(2, ans.stated)
+		}
 		if r.hintAt.IsZero() || now.Sub(r.hintSeen) >= time.Second {
-			r.hintAt, r.hintSeen = ans.reset, now
+			r.hintAt, r.hintSeen, r.hintOK, r.hintRem = ans.reset, now, 0, ans.remaining
 		}
 		if s := ans.stated; s > 0 && (r.hint == 0 || s < r.hint) {
 			r.hint = s // the lowest seen: a reset is at most a window away
@@ -459,6 +474,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	}
 	r.gOK++
 	r.accOK++
+	r.hintOK++
 	if !ans.started.Before(r.cut) {
 		r.okCut = true
 		if r.drain {

@@ -325,10 +325,21 @@ func TestRampupStatedPolicy(t *testing.T) {
 func TestRampupStatedReset(t *testing.T) {
 	p := newPolicy(t, rampConfig())
 	end := p.now.Add(10 * time.Second)
-	for range 3 {
-		p.paced(1, 50*ms, Feedback{Status: 200, StatedRate: 4, HasWait: true, Wait: end.Sub(p.now)})
+	for i := range 3 {
+		p.paced(1, 50*ms, Feedback{Status: 200, StatedRate: 4, HasWait: true, Wait: end.Sub(p.now), Remaining: int64(30 - i), HasRemaining: true})
 	}
 	assert.InDelta(t, 3.92, p.rate(), 1e-9, "a window's end: stated")
+	// A token bucket refilling unused (a Retry-After's silence) keeps its
+	// time until full too, but what is left grows: no window. Nor, without
+	// a count left, when too little was accepted to move a bucket's reset.
+	for _, rem := range []bool{true, false} {
+		b := newPolicy(t, rampConfig())
+		end := b.now.Add(10 * time.Second)
+		for i := range 3 {
+			b.paced(1, 50*ms, Feedback{Status: 200, StatedRate: 4, HasWait: true, Wait: end.Sub(b.now), Remaining: int64(10 + 4*i), HasRemaining: rem})
+		}
+		assert.Zero(t, b.s.rampup.stated, "a bucket's reset standing still states nothing (Remaining named: %v)", rem)
+	}
 	q := newPolicy(t, rampConfig())
 	for i := range 3 {
 		q.paced(1, 50*ms, Feedback{Status: 200, StatedRate: 4, HasWait: true, Wait: time.Duration(3+2*i) * time.Second})
@@ -401,6 +412,8 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 			*x = math.Min(float64(i)/100+0.005, rampupMaxStep)
 		case *int:
 			*x = 1 + i%3
+		case *int64:
+			*x = int64(1 + i%3)
 		case *bool:
 			*x = true
 		case *time.Duration:
