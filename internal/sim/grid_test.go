@@ -118,9 +118,16 @@ func TestGridShapesValid(t *testing.T) {
 //     chance every few seconds; each such run was taken for an outage
 //     whose end restored the rate the 503s had refused, so the pace
 //     stayed 50 % above the limit with 320 refusals a minute.
+//   - nginx with a burst, a Retry-After of 3 s and X-RateLimit headers
+//     whose reset is its bucket's time until full: the reset stood still
+//     through a Retry-After's silence, was taken for a window's end, and
+//     its limit over the time left (a fifth of the real one) for a
+//     ceiling, held for 4 minutes.
 func TestGridShapesThatBroke(t *testing.T) {
 	shapes := []Shape{
 		{Limiter: Limiter{Kind: KindNginx, Requests: 10, Period: time.Second, Burst: 6, Status: 503, Latency: 2 * time.Second}, Robots: true},
+		{Limiter: Limiter{Kind: KindNginx, Requests: 3, Period: time.Second, Burst: 10, NoDelay: true, Status: 503, RetryAfter: 3 * time.Second,
+			Stated: StateX, Latency: 587 * time.Millisecond}, Robots: true},
 	}
 	for _, r := range RunGrid(shapes, testSeed, 4, 0) {
 		if len(r.Misses) > 0 {
