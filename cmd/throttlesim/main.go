@@ -23,6 +23,11 @@ type options struct {
 	json     bool
 	out      string
 	list     bool
+	grid     bool
+	gridSeed uint64
+	shapes   int
+	top      int
+	markdown bool
 }
 
 func main() {
@@ -34,7 +39,24 @@ func main() {
 	flag.BoolVar(&o.json, "json", false, "print the rows as JSON instead of a table")
 	flag.StringVar(&o.out, "out", "throttlesim-out", "directory for the SVG plots (empty: no plots)")
 	flag.BoolVar(&o.list, "list", false, "list the scenarios and their policies, then exit")
+	flag.BoolVar(&o.grid, "grid", false, "run the grid of limiter shapes instead (worst shapes first, each the worst of -seeds seeds, 4 unless given)")
+	flag.Uint64Var(&o.gridSeed, "grid-seed", 1, "with -grid: the seed that draws the shapes")
+	flag.IntVar(&o.shapes, "shapes", 200, "with -grid: how many shapes to draw")
+	flag.IntVar(&o.top, "top", 0, "with -grid: print the worst N shapes only (0: all)")
+	flag.BoolVar(&o.markdown, "markdown", false, "with -grid: a Markdown table (the README's)")
 	flag.Parse()
+	if o.grid {
+		seedsSet := false
+		flag.Visit(func(f *flag.Flag) { seedsSet = seedsSet || f.Name == "seeds" })
+		if !seedsSet {
+			o.seeds = 4
+		}
+		if err := runGrid(os.Stdout, os.Stderr, o); err != nil {
+			fmt.Fprintln(os.Stderr, "throttlesim:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Stdout, os.Stderr, o); err != nil {
 		fmt.Fprintln(os.Stderr, "throttlesim:", err)
 		os.Exit(1)
@@ -99,6 +121,32 @@ func run(stdout, stderr io.Writer, o options) error {
 		fmt.Fprintf(stderr, ", plots in %s", o.out)
 	}
 	fmt.Fprintln(stderr)
+	return nil
+}
+
+// runGrid runs the grid: o.shapes shapes drawn with o.gridSeed, each on
+// seeds o.seed..o.seed+o.seeds-1, printed worst first.
+func runGrid(stdout, stderr io.Writer, o options) error {
+	if o.seeds < 1 || o.shapes < 1 {
+		return fmt.Errorf("-seeds %d, -shapes %d: want at least 1", o.seeds, o.shapes)
+	}
+	start := time.Now()
+	rows := sim.RunGrid(sim.GridShapes(o.gridSeed, o.shapes), o.seed, o.seeds, 0)
+	shown := rows
+	if o.top > 0 && o.top < len(rows) {
+		shown = rows[:o.top]
+	}
+	var err error
+	if o.markdown {
+		err = sim.WriteGridMarkdown(stdout, shown)
+	} else {
+		err = sim.WriteGrid(stdout, shown)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "%s; grid seed %d, seeds %d-%d (worst of %d per figure), %v real time\n", sim.GridSummary(rows),
+		o.gridSeed, o.seed, o.seed+uint64(o.seeds)-1, o.seeds, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

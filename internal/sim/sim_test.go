@@ -739,6 +739,7 @@ const coldSeeds = 8
 // (asserted, so a regression still fails): the issue's targets stay the
 // targets, and the gaps are in one place.
 func TestColdStartTargets(t *testing.T) {
+	sweep(t)
 	cases := ColdCases()
 	var scs []Scenario
 	for _, c := range cases {
@@ -784,6 +785,7 @@ func TestColdStartTargets(t *testing.T) {
 // were sent before anyone could know), and the 2xx rate back to >= 90 %
 // of the rate before within 120 s of its end.
 func TestColdStormTargets(t *testing.T) {
+	sweep(t)
 	res := RunSeeds([]Scenario{ColdStormScenario(0)}, testSeed, coldSeeds, 0)
 	for _, r := range res[0].Results {
 		m := r.Metrics
@@ -813,26 +815,29 @@ type coldTarget struct{ cold, share, signals float64 }
 //     about 2.5 round trips, a growth of 5x or more per round trip, which
 //     overshoots the limit by as much for a whole round trip (some 250
 //     refused requests); doubling per round trip loses 12 s to the climb
-//     alone. 90 % comes at 63-82 s (80 s at a limit of 1 req/s, the start
-//     rate itself: any probe above it is refused).
+//     alone. 90 % comes at 44-88 s, within the 90 s accepted at 2 s.
 //   - 50 in any 10 s, refused requests counted (HAProxy's stick table):
-//     the start-up overshoot keeps it shut for a window, the first
-//     cycle's estimate is 75 % of the limit, and the climbs from it and
-//     the bisection after a refused one come a cycle (~14 s) apart: 90 %
-//     of the limit after 129 s (2 windows is 20 s), then 98.9 %.
+//     the slow start's overshoot keeps it shut for more than its period,
+//     so the first cycle measures 63 % of the limit (rule 5); climbs from
+//     it are held two cycles (about 30 s), the time a fixed window can
+//     take to refuse a climb begun inside it. 90 % of the limit after
+//     274 s (the rules this controller replaced reached it after 129 s,
+//     fitted to this case; one cycle's hold brings 156 s here but costs
+//     fixed windows a refusal a climb and some counting shapes of the
+//     grid 10 % of their share, see the note of issue 21), then 91-94 %.
 //   - go-chi/httprate's counter (10 per 1 s, X-RateLimit-* headers)
 //     rounds its sliding count and refuses from a count of 9.5: 95 % of
 //     its stated limit is its ceiling. Rampup paces 2 % below the stated
 //     10 req/s from the first answer, draws the refusals that show the
-//     real ceiling, and steps down 5 %: 90 % of the limit (94.7 % of what
-//     it admits) after 71-82 s, then 94.2 %.
+//     real ceiling and follows them down: 90 % of the limit (94.7 % of
+//     what it admits) after 84 s, then 93-94 %.
 var coldGaps = map[string]coldTarget{
 	"cold-10per1s-httprate":  {cold: 90, share: 0.93, signals: 2},
-	"cold-1rps-b0-2s":        {cold: 85, share: 0.95, signals: 2},
+	"cold-1rps-b0-2s":        {cold: 90, share: 0.95, signals: 2},
 	"cold-5rps-b0-2s":        {cold: 90, share: 0.95, signals: 2},
-	"cold-20rps-b0-2s":       {cold: 85, share: 0.95, signals: 2},
-	"cold-20rps-b10-2s":      {cold: 70, share: 0.95, signals: 2},
+	"cold-20rps-b0-2s":       {cold: 90, share: 0.95, signals: 2},
+	"cold-20rps-b10-2s":      {cold: 90, share: 0.95, signals: 2},
 	"cold-50rps-b0-2s":       {cold: 90, share: 0.95, signals: 2},
-	"cold-50rps-b10-2s":      {cold: 75, share: 0.95, signals: 2},
-	"cold-50per10s-counting": {cold: 135, share: 0.95, signals: 2},
+	"cold-50rps-b10-2s":      {cold: 90, share: 0.95, signals: 2},
+	"cold-50per10s-counting": {cold: 280, share: 0.91, signals: 2.5},
 }
