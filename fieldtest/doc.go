@@ -73,8 +73,9 @@
 // cold start on some shapes yet (limiters that count refusals, a
 // Retry-After of seconds: 1-4 minutes, as the grid finds too). What
 // fails a case is worse than the pace has been on any seed measured: less
-// than 0.6 of the limit over the last third, 90 % never reached, more
-// than 6 refusals a minute, or a transport error. A failure names the
+// than 0.6 of the limit over the last third, the 2xx rate over a
+// trailing 10 s not at 80 % of it within 60 s, more than 6 refusals a
+// minute, or a transport error. A failure names the
 // shape (sim.Shape.Name: the limiter's sim.Limiter.String, "-robots" with
 // robots.txt on) and the seed, and prints the [Summary].
 //
