@@ -61,12 +61,13 @@
 //   - Rampup [off]: for paid APIs, steer the scope's start rate to the
 //     fastest the server allows, with as many slots as that rate needs at
 //     the latency seen. It doubles the rate per round trip until a rate is
-//     refused, bisects between the last good and the refused rate, then
-//     judges the rate once per Window, aiming at a target number of
-//     signals and probing now and then for a limit that rose. It takes the
+//     refused, bisects between the last good and the refused rate, holds
+//     2 % under the ceiling it found and probes it again within 10
+//     Windows, for at most MaxSignals refusals a Window. It takes the
 //     rate-limit signals (429s, and 5xx between successes) and follows a
 //     server whose limit is below the configured pace; an outage (four 5xx
-//     in a row) goes to backoff's probing. See RampupConfig.
+//     in a row) goes to backoff's probing. See RampupConfig, and the
+//     design at the top of rampup.go.
 //
 // Config.GlobalConcurrency [16] caps permits across all scopes. Scopes
 // that hold nothing are forgotten after Config.IdleTimeout, so a crawl over
