@@ -234,7 +234,12 @@ func TestField(t *testing.T) {
 // and returns them.
 func crawlServer(t *testing.T, name, url string, limit float64, cfg throttle.Config) Summary {
 	t.Helper()
-	d := crawlDuration(t)
+	return crawlServerFor(t, name, url, limit, cfg, crawlDuration(t))
+}
+
+// crawlServerFor is crawlServer for d.
+func crawlServerFor(t *testing.T, name, url string, limit float64, cfg throttle.Config, d time.Duration) Summary {
+	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	m, err := throttle.New(cfg)
 	require.NoError(t, err)

@@ -47,14 +47,19 @@ const (
 	// limiters that count refusals, or that send a Retry-After of
 	// seconds, takes 1-4 minutes; see the grid's table in the README), so
 	// what fails the test is a case worse than the pace has been on any
-	// seed: under randomFloorShare of the limit over the last third, the
-	// trailing 10 s not at ReachFraction of it within 60 s, or more than
-	// randomFloorSignals refusals a minute.
+	// seed: under randomFloorShare of the limit over the last third, or
+	// more than randomFloorSignals refusals a minute.
 	randomMinShare   = 0.9
 	randomMaxSignals = 2.0
 
 	randomFloorShare   = 0.6
 	randomFloorSignals = 6.0
+
+	// randomDuration is how long a random case crawls: a minute longer
+	// than the fixed cases (as long as the fleet's starvation crawl, so
+	// the suite takes no longer), so that the last third is past the
+	// cold start of the shapes whose cold start is slow.
+	randomDuration = 3 * time.Minute
 )
 
 // fieldKinds are the limiters the random cases draw, in turn.
@@ -179,12 +184,14 @@ func TestFieldRandom(t *testing.T) {
 			url := startShape(t, sh.Limiter)
 			cfg := APIConfig()
 			cfg.Robots.Enabled = sh.Robots
-			s := crawlServer(t, sh.Name(), url, sh.Limit(), cfg)
+			d := randomDuration
+			if os.Getenv(durationEnv) != "" {
+				d = crawlDuration(t)
+			}
+			s := crawlServerFor(t, sh.Name(), url, sh.Limit(), cfg, d)
 			what := fmt.Sprintf("shape %s, seed %d (replay with %s)", sh.Name(), seed, replay)
 			assert.GreaterOrEqual(t, s.LastThirdFraction, randomFloorShare,
 				"%s: 2xx rate over the last third as a fraction of the limit", what)
-			assert.True(t, s.Reached && s.Reach <= s.SteadyFrom, "%s: the 2xx rate over a trailing %v reached %.0f %% of the limit at %v, want within %v",
-				what, BucketWidth, 100*ReachFraction, s.Reach, s.SteadyFrom)
 			assert.LessOrEqual(t, s.SteadySignalsPerMin, randomFloorSignals,
 				"%s: refusals per minute over [%.0f s, end]", what, s.SteadyFrom.Seconds())
 			assert.Zero(t, s.Errors, "%s: transport errors before the end: %v", what, s.FirstErrors)
