@@ -13,9 +13,9 @@
 //
 //	THROTTLE_FIELD=1 go test -count=1 ./fieldtest/
 //
-// Each fixed case crawls for 2 minutes (the random ones and the fleet's starvation crawl for 3)
-// and every case runs at once (TestMain raises -parallel to their
-// number), so the suite takes about 3 minutes of wall time, and must
+// Each fixed case crawls for 2 minutes (the random ones and the
+// fleet's starvation crawl for 3) and every case runs at once (TestMain
+// raises -parallel to their number), so the suite takes about 3 minutes of wall time, and must
 // take no more than 8. THROTTLE_FIELD_DURATION=30s shortens the crawls
 // for a quick local run (the steady part of a crawl shorter than 2
 // minutes is its second half, and its first half stands for the first
