@@ -251,7 +251,6 @@ func newManager() (*throttle.ThrottlingManager, error) {
 	cfg.Default.Concurrency = 1
 	cfg.Default.Delay = siteDelay
 	cfg.Default.Jitter = throttle.Jitter{}
-	cfg.Default.Backoff.MinDelay = 100 * time.Millisecond
 	return throttle.New(cfg)
 }
 

@@ -252,9 +252,7 @@ func run(ctx context.Context, out io.Writer, reg *prometheus.Registry, mon *http
 	x := newMetrics(reg, newScopeLabels(known...))
 	cfg := throttle.DefaultConfig()
 	cfg.Default.Delay, cfg.Default.Jitter = delay, throttle.Jitter{}
-	// Backoff steps of 2x from 400 ms (the default least step is 1 s),
-	// so that the example stays short.
-	cfg.Default.Backoff.Jitter, cfg.Default.Backoff.MinDelay = throttle.Jitter{}, 2*delay
+	cfg.Default.Backoff.Jitter = throttle.Jitter{} // exact backoff steps: the same figures each run
 	cfg.Hooks = x.hooks()
 	m, err := throttle.New(cfg)
 	if err != nil {
