@@ -349,7 +349,8 @@ func reachAt(samples []Sample, limit, frac float64) time.Duration {
 // cold start with rampup on, 16 goroutines in all, for the field
 // duration; one process alone crawls another such nginx at the same time.
 // The fleet reaches 90 % of the limit no more than 30 s after the lone
-// process, then holds at least 90 % of it with at most 2 signals a minute;
+// process, then holds at least 90 % of it with at most 2 signals a minute
+// (or one more than the lone process had);
 // no request of any worker goes out inside a Retry-After gate that
 // another received.
 func TestFleetColdStart(t *testing.T) {
@@ -393,7 +394,11 @@ func TestFleetColdStart(t *testing.T) {
 	require.GreaterOrEqual(t, allAt, time.Duration(0), "the fleet never reached %.0f %% of the limit", 100*fleetReach)
 	assert.LessOrEqual(t, allAt, oneAt+fleetLag, "the fleet reached %.0f %% of the limit more than %v after one process", 100*fleetReach, fleetLag)
 	assert.GreaterOrEqual(t, all.SteadyFraction, fleetMinSteady, "the fleet's 2xx rate over [%v, end]", all.SteadyFrom)
-	assert.LessOrEqual(t, all.SteadySignalsPerMin, fleetMaxSignals, "the fleet's signals per minute over [%v, end]", all.SteadyFrom)
+	// The second minute holds the pace's last probes of its climb (2 a
+	// minute in the simulator, for one process as for the fleet): the
+	// fleet may have one more than the lone process had meanwhile.
+	assert.LessOrEqual(t, all.SteadySignalsPerMin, max(fleetMaxSignals, one.SteadySignalsPerMin+1),
+		"the fleet's signals per minute over [%v, end] (one process: %.1f)", all.SteadyFrom, one.SteadySignalsPerMin)
 	assert.Zero(t, gated, "requests sent inside a Retry-After gate: %s", strings.Join(first, "; "))
 	assert.Zero(t, all.Errors, "the fleet's transport errors: %v", all.FirstErrors)
 	assert.Zero(t, one.Errors, "one process's transport errors: %v", one.FirstErrors)
