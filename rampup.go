@@ -531,7 +531,8 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		// The server accepted a request sent during the run: its 5xx
 		// were a rate limit's (nginx's 503s between its 2xx, four in a
 		// row by chance among many in flight), not an outage. Keep
-		// what the refusals did and follow them as any are.
+		// what the refusals did and follow them as any are
+		// (internal/sim's TestGridShapesThatBroke, its first shape).
 		r.paused, r.run = false, 0
 		r.good, r.runG = r.runG, r.good
 		r.bad, r.runB = r.runB, r.bad

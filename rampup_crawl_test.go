@@ -279,20 +279,3 @@ func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, wo
 	}
 	return run
 }
-
-// TestRampup503sInFlightAreNotAnOutage: nginx's limit_req answers 503,
-// and with 2 s of latency and dozens of requests in flight, four of them
-// come in a row by chance between its 2xx. A 2xx of a request sent during
-// that run shows the server was up: the run is a rate limit's, followed
-// as refusals are, not an outage whose end restores the rate it refused.
-// (The rate stayed 50 % above the limit, a third of the requests refused.)
-func TestRampup503sInFlightAreNotAnOutage(t *testing.T) {
-	cfg := defaultScopeConfig()
-	cfg.Rampup.Enabled = true
-	cfg.Rampup.MaxConcurrency = 128
-	srv := bucketServer(10, 7)
-	srv.status = 503
-	res := runScope(t, cfg, srv, 2*time.Second, 64, 10*time.Minute)
-	assert.GreaterOrEqual(t, res.okRate(2*time.Minute, 10*time.Minute), 0.95*10)
-	assert.LessOrEqual(t, res.signalsPerMin(2*time.Minute, 10*time.Minute), 2.0)
-}
