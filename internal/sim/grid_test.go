@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -185,4 +186,58 @@ func TestGridShapesThatBroke(t *testing.T) {
 			t.Errorf("%s misses %v:\n%s", r.Shape.Name(), r.Misses, b.String())
 		}
 	}
+}
+
+// TestRobotsChangesNoFigure: robots.txt on (the server answers 404, no
+// delay asked) or off changes none of the pace's figures beyond what a
+// different draw of the same shape changes: every shape of the grid runs
+// both ways on the same seeds, and the figures of the two runs must agree
+// within the bounds below (the first request is the robots.txt fetch, so
+// the two crawls are the same crawl shifted by one request, and their
+// random draws part from there).
+func TestRobotsChangesNoFigure(t *testing.T) {
+	sweep(t)
+	var shapes []Shape
+	for _, s := range GridShapes(1, 200) {
+		s.Robots = false
+		shapes = append(shapes, s)
+		s.Robots = true
+		shapes = append(shapes, s)
+	}
+	rows := map[string]GridRow{}
+	for _, r := range RunGrid(shapes, testSeed, 4, 0) {
+		rows[r.Shape.Name()] = r
+	}
+	figures := func(r GridRow) (cold, share, signals float64) {
+		cold = math.Inf(1)
+		if c := r.Metrics.ColdStart90; c != nil && *c >= 0 {
+			cold = *c
+		}
+		if s := r.Metrics.OKPerCapacity; s != nil {
+			share = *s
+		}
+		return cold, share, r.Metrics.SignalsPerMin
+	}
+	var worstCold, worstShare, worstSignals float64
+	var missOn, missOff int
+	for _, s := range shapes {
+		if s.Robots {
+			continue
+		}
+		off := rows[s.Name()]
+		on := rows[s.Name()+"-robots"]
+		missOff += len(off.Misses)
+		missOn += len(on.Misses)
+		c0, s0, g0 := figures(off)
+		c1, s1, g1 := figures(on)
+		dc := math.Abs(c1 - c0)
+		if math.IsInf(c0, 1) && math.IsInf(c1, 1) {
+			dc = 0
+		}
+		t.Logf("%-50s cold %6.1f %6.1f share %5.1f%% %5.1f%% signals %5.2f %5.2f", s.Name(), c0, c1, 100*s0, 100*s1, g0, g1)
+		worstCold = max(worstCold, dc)
+		worstShare = max(worstShare, math.Abs(s1-s0))
+		worstSignals = max(worstSignals, math.Abs(g1-g0))
+	}
+	t.Logf("targets missed: %d off, %d on; largest differences: cold %.1f s, share %.1f points, signals %.2f/min", missOff, missOn, worstCold, 100*worstShare, worstSignals)
 }
