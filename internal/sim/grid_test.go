@@ -188,17 +188,25 @@ func TestGridShapesThatBroke(t *testing.T) {
 	}
 }
 
-// TestRobotsChangesNoFigure: robots.txt on (the server answers 404, no
-// delay asked) or off changes none of the pace's figures beyond what a
-// different draw of the same shape changes: every shape of the grid runs
-// both ways on the same seeds, and the figures of the two runs must agree
-// within the bounds below (the first request is the robots.txt fetch, so
-// the two crawls are the same crawl shifted by one request, and their
-// random draws part from there).
+// TestRobotsChangesNoFigure: turning robots.txt on (the server answers
+// 404 and asks no delay) leaves rampup's figures as they are off, over the
+// whole grid. The first request of a crawl with robots.txt on is the
+// fetch, and that shift alone moves a cold start that hangs on one
+// overshoot by a minute either way (14 shapes faster by more than 10 s
+// and 14 slower, on grid seed 1), more than drawing other seeds does. So
+// the test asks what the issue that found robots.txt freezing rampup (0.25
+// of a limit it reached at 0.94 without) asks:
+//   - no shape holds less than half its share with robots.txt on;
+//   - robots.txt on misses no more targets than off does, give or take
+//     what other seeds change (a quarter more, at least 5);
+//   - per figure, the shapes robots.txt makes worse are no more than those
+//     it makes better, give or take two standard deviations of a fair
+//     coin (a sign test): a cost would show as a lopsided count.
 func TestRobotsChangesNoFigure(t *testing.T) {
 	sweep(t)
+	base := GridShapes(1, 200)
 	var shapes []Shape
-	for _, s := range GridShapes(1, 200) {
+	for _, s := range base {
 		s.Robots = false
 		shapes = append(shapes, s)
 		s.Robots = true
@@ -208,36 +216,62 @@ func TestRobotsChangesNoFigure(t *testing.T) {
 	for _, r := range RunGrid(shapes, testSeed, 4, 0) {
 		rows[r.Shape.Name()] = r
 	}
-	figures := func(r GridRow) (cold, share, signals float64) {
-		cold = math.Inf(1)
+	for i := range base {
+		base[i].Robots = false
+	}
+	redraw := map[string]GridRow{}
+	for _, r := range RunGrid(base, testSeed+4, 4, 0) {
+		redraw[r.Shape.Name()] = r
+	}
+	// figures are a row's cold start (600 s: never within 10 minutes),
+	// share and signals, each signed so that more is worse.
+	figures := func(r GridRow) [3]float64 {
+		f := [3]float64{600, 0, r.Metrics.SignalsPerMin}
 		if c := r.Metrics.ColdStart90; c != nil && *c >= 0 {
-			cold = *c
+			f[0] = min(*c, 600)
 		}
 		if s := r.Metrics.OKPerCapacity; s != nil {
-			share = *s
+			f[1] = -*s
 		}
-		return cold, share, r.Metrics.SignalsPerMin
+		return f
 	}
-	var worstCold, worstShare, worstSignals float64
-	var missOn, missOff int
-	for _, s := range shapes {
-		if s.Robots {
-			continue
-		}
-		off := rows[s.Name()]
-		on := rows[s.Name()+"-robots"]
+	names := [3]string{"cold start", "share", "signals"}
+	tolerance := [3]float64{10, 0.01, 0.25} // a difference below this is none
+	var worse, better [3]int
+	missOff, missOn, missRedraw := 0, 0, 0
+	for _, s := range base {
+		off, on, again := rows[s.Name()], rows[s.Name()+"-robots"], redraw[s.Name()]
 		missOff += len(off.Misses)
 		missOn += len(on.Misses)
-		c0, s0, g0 := figures(off)
-		c1, s1, g1 := figures(on)
-		dc := math.Abs(c1 - c0)
-		if math.IsInf(c0, 1) && math.IsInf(c1, 1) {
-			dc = 0
+		missRedraw += len(again.Misses)
+		f0, f1 := figures(off), figures(on)
+		if -f1[1] < -f0[1]/2 {
+			t.Errorf("%s: %.1f %% of the limit with robots.txt on, %.1f %% off", s.Name(), -100*f1[1], -100*f0[1])
 		}
-		t.Logf("%-50s cold %6.1f %6.1f share %5.1f%% %5.1f%% signals %5.2f %5.2f", s.Name(), c0, c1, 100*s0, 100*s1, g0, g1)
-		worstCold = max(worstCold, dc)
-		worstShare = max(worstShare, math.Abs(s1-s0))
-		worstSignals = max(worstSignals, math.Abs(g1-g0))
+		for k := range 3 {
+			switch d := f1[k] - f0[k]; {
+			case d > tolerance[k]:
+				worse[k]++
+			case d < -tolerance[k]:
+				better[k]++
+			}
+		}
 	}
-	t.Logf("targets missed: %d off, %d on; largest differences: cold %.1f s, share %.1f points, signals %.2f/min", missOff, missOn, worstCold, 100*worstShare, worstSignals)
+	t.Logf("targets missed: %d with robots.txt off, %d on, %d off on other seeds", missOff, missOn, missRedraw)
+	if slack := max(abs(missRedraw-missOff), 4) * 5 / 4; missOn > missOff+slack {
+		t.Errorf("robots.txt on misses %d targets, off %d: more than other seeds move them (%d)", missOn, missOff, slack)
+	}
+	for k := range 3 {
+		t.Logf("%s: robots.txt on worse on %d shapes, better on %d", names[k], worse[k], better[k])
+		if n := float64(worse[k] + better[k]); float64(worse[k]) > float64(better[k])+2*math.Sqrt(n)+2 {
+			t.Errorf("%s: robots.txt on is worse on %d shapes and better on %d: a cost, not chance", names[k], worse[k], better[k])
+		}
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
