@@ -111,9 +111,13 @@ type monotonicClock struct {
 func newMonotonicClock(c Clock) *monotonicClock { return &monotonicClock{Clock: c} }
 
 func (c *monotonicClock) Now() time.Time {
-	t := c.Clock.Now()
+	// Read under the lock: a reading taken before another caller's later
+	// one, and compared after it, would look like a jump back, and its
+	// offset would move every later reading ahead for good (two starts of
+	// a scope came at one instant, a Delay apart by the manager's clock).
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	t := c.Clock.Now()
 	if c.offset != 0 {
 		t = t.Add(c.offset)
 	}

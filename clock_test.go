@@ -1,7 +1,10 @@
 package throttle
 
 import (
+	"math/rand/v2"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,4 +107,67 @@ func durationsSince(t0 time.Time, ts []time.Time) []time.Duration {
 		d[i] = t.Sub(t0)
 	}
 	return d
+}
+
+// steppingClock is a Clock whose time only moves forward, by Step, with
+// no timers: enough to read from many goroutines at once.
+type steppingClock struct{ ns atomic.Int64 }
+
+func (c *steppingClock) Now() time.Time               { return time.Unix(0, c.ns.Load()) }
+func (c *steppingClock) NewTimer(time.Duration) Timer { panic("steppingClock has no timers") }
+func (c *steppingClock) Step(d time.Duration)         { c.ns.Add(int64(d)) }
+
+// TestMonotonicClockConcurrentReadersAddNoOffset: readers racing a clock
+// that only goes forward never make the manager's clock run ahead of it.
+// A reading taken before another caller's later one, and compared after
+// it, looked like a jump back: its offset moved every later reading
+// ahead for good (TestBlockUntilTimersWithManager saw two starts a Delay
+// apart by the manager's clock at one instant of the fake clock's).
+func TestMonotonicClockConcurrentReadersAddNoOffset(t *testing.T) {
+	base := &steppingClock{}
+	base.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c := newMonotonicClock(base)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					c.Now()
+				}
+			}
+		})
+	}
+	for range 20000 {
+		base.Step(time.Millisecond)
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	assert.Equal(t, base.Now(), c.Now(), "the manager's clock ran ahead of one that never went back")
+}
+
+// TestStaleNowDoesNotShortenTheDelay: the manager reads its clock before
+// it takes a scope's lock, so a caller may check a scope at a time read
+// before another caller's start was recorded there. That is a stale
+// reading, not the clock going back (the manager's never does), and it
+// must not move the delay's start back: a check at the real time after
+// it still waits the whole delay from the previous start.
+func TestStaleNowDoesNotShortenTheDelay(t *testing.T) {
+	cfg := defaultScopeConfig()
+	cfg.Delay, cfg.Jitter = time.Second, Jitter{}
+	require.NoError(t, cfg.validate("test"))
+	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
+		Rand: rand.New(rand.NewPCG(1, 2))}).(*defaultScope)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tk := s.Start(t0.Add(time.Second), 1) // another caller's start, recorded first
+	s.Finish(t0.Add(time.Second), tk, &Feedback{Status: 200})
+	adm := s.Admit(t0, 1) // read at t0, checked after that start
+	assert.Equal(t, t0.Add(2*time.Second), adm.At, "a stale reading waits for the delay after the start it did not see")
+	adm = s.Admit(t0.Add(time.Second), 1)
+	assert.Equal(t, ReasonDelay, adm.Reason, "at the start's own instant the delay still holds")
+	assert.Equal(t, t0.Add(2*time.Second), adm.At)
 }

@@ -245,6 +245,7 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 // exception: the gap after it is that delay at least, a floor under every
 // gap of the scope.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
+	now = s.adm.Latest(now) // as in Admit
 	t.Slot, t.Window = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
@@ -383,6 +384,7 @@ func (s *defaultScope) combineConcurrency() int {
 
 // Admit implements ScopeManager.
 func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
+	now = s.adm.Latest(now) // the manager's clock never goes back: an earlier now is a stale reading
 	s.tick(now)
 	at, why := s.adm.Check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	if why == admission.None {
@@ -414,6 +416,7 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 // wide loads of the narrow stores just made, which stall (no store
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
+	now = s.adm.Latest(now) // as in Admit
 	t.Slot, t.Window = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()

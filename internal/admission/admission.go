@@ -156,6 +156,22 @@ func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duratio
 	return slotIndex, window
 }
 
+// Latest returns now, or the latest start the state recorded if that is
+// later. A caller whose clock never goes back (the manager's, which takes
+// a jump back out of its readings) checks at it: a now before a recorded
+// start is then a reading taken before another caller recorded that
+// start, not a jump, and Check would take it for one (see rebase) and
+// move the gap back by as much, letting the next start come early.
+func (a *State) Latest(now time.Time) time.Time {
+	if a.Started && now.Before(a.LastStart) {
+		now = a.LastStart
+	}
+	if a.Quota.Set && now.Before(a.Quota.start) {
+		now = a.Quota.start
+	}
+	return now
+}
+
 // rebase moves the state's times back by as much as now lies before the
 // latest start it recorded: a start is recorded at the time it came, so
 // one in the future means the clock went back (at least that far). The
