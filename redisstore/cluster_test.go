@@ -903,11 +903,17 @@ func testMasterKilled(t *testing.T, fallback bool) {
 	// above bounds it.)
 	require.Greater(t, vFails, 0, "the outage was seen")
 	require.Less(t, longestFail, timeout+lateSlack, "a store call fails by Options.Timeout, not when the master is back")
+	// Both with lateSlack, not slack: a healthy master that a loaded
+	// machine keeps from answering within Options.Timeout fails a call
+	// begun after the outage (a quiet run of the whole suite: one began
+	// more than slack after the dead master's last failure and timed
+	// out). What these bound is that failures end with the outage, not
+	// how fast the machine answers.
 	if !downLast.IsZero() {
-		require.False(t, downStart.After(healthy.Add(slack)), "CLUSTERDOWN only for calls begun before the cluster was ok again")
+		require.False(t, downStart.After(healthy.Add(lateSlack)), "CLUSTERDOWN only for calls begun before the cluster was ok again")
 	}
 	if shared > 0 {
-		require.False(t, sharedStart.After(vLast.Add(slack)), "calls on healthy masters fail only while the dead master's do")
+		require.False(t, sharedStart.After(vLast.Add(lateSlack)), "calls on healthy masters fail only while the dead master's do")
 	}
 	for i, sc := range crawl {
 		st := stats[sc]
