@@ -39,8 +39,9 @@
 //
 // For each case the test prints a [Summary] (go test -v shows it) and
 // asserts loose bounds over [60 s, end]: a 2xx rate of at least 0.8 of the
-// limit and at most 4 backoff signals per minute, and no transport errors
-// before the crawl's end.
+// limit (0.7 for HAProxy, whose counter of refused requests makes the
+// climb from a cold start slow; see its case), at most 4 backoff signals
+// per minute, and no transport errors before the crawl's end.
 //
 // # Random cases
 //
