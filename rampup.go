@@ -32,9 +32,9 @@ package throttle
 //  5. Quota. A drain longer than what the server accepted before it, of
 //     1 s or more after 10 successes, ends a window: the successes over
 //     the cycle bound G and B; climbs then hold two cycles.
-//  6. Outage. Four 5xx in a row, no 2xx or 429 between: what they did is
-//     undone and backoff probes; a 2xx of a request sent since resumes at
-//     G, one sent during the run shows a rate limit and redoes it.
+//  6. Outage. Four 5xx in a row, no 2xx or 429 between: undone, backoff
+//     probes; a 2xx of a request sent since resumes at G (a run within a
+//     minute of that is a limiter's), one sent during the run redoes it.
 //  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a limit
 //     over the time to a reset that two answers a second apart share with
 //     no more left (a window's end), tried after 30 s; a reset that moves
@@ -177,6 +177,15 @@ const (
 	// refuses runs of about R/limit - 1 between successes, and rampup
 	// climbs at most to twice a proven rate, so runs of one or two.
 	outageRun = 4
+	// outageRecur: a run of 5xx that begins this soon after an outage
+	// ended at a probe is a limiter's, not another outage. HAProxy
+	// answering 503 refuses everything while its counter, which counts
+	// refusals, is over the limit: the run looks like an outage, its
+	// first probe a minute later is accepted, and at G the counter fills
+	// again within seconds (15 % of the limit, a run and a minute's pause
+	// each cycle). A server that is really down again after coming back
+	// is still backed off, by the drain's halving.
+	outageRecur = time.Minute
 )
 
 // rampup is the learned rampup state of one scope: the pace controller
@@ -234,6 +243,7 @@ type rampup struct {
 	runAt    time.Time // the start of the run's first request
 	paused   bool      // an outage: backoff probes it
 	pausedAt time.Time
+	resumed  time.Time // when the last outage ended at a success
 }
 
 // bound keeps the counters of an imported state within what the rules
@@ -546,6 +556,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		// followed from there as any refusal is). Measure afresh: the
 		// outage's time says nothing of the rate.
 		r.paused, r.run, r.drain, r.first, r.accAt = false, 0, false, now, now
+		r.resumed = now
 		r.setGood(now, r.good)
 		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
 		return rampupLeft, true
@@ -562,8 +573,8 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		r.runG, r.runB, r.runMem, r.runAt = r.good, r.bad, r.memory, ans.started // what the run may undo
 	}
 	r.run = min(r.run+1, outageRun)
-	if r.run < outageRun {
-		return rampupLeft, false
+	if r.run < outageRun || (!r.resumed.IsZero() && now.Sub(r.resumed) < outageRecur) {
+		return rampupLeft, false // a rate limit's refusals (outageRecur)
 	}
 	// An outage, not a rate: undo what its first failures did to G and
 	// B, and resume where it found the scope. (The run's fields keep
