@@ -244,6 +244,7 @@ func (b *backoff) onAnswer(now time.Time, cfg *ScopeConfig, a *answer) bool {
 	case a.rampup == rampupTook && !a.spent: // a spent quota's success is no signal to backoff
 	case a.rampup == rampupOutage:
 		b.onOutage(now, cfg, a.delay)
+	case a.rampup == rampupStale: // an outage's probing goes on
 	case a.signal:
 		b.onSignal(now, cfg, a.started, a.delay, a.timeout, a.rateLimited, a.conc)
 	case !a.failed:

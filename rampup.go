@@ -393,6 +393,13 @@ const (
 	rampupLeft   rampupVerdict = iota // not taken: backoff learns from it as without rampup
 	rampupTook                        // a rate signal rampup acted on: backoff must not step
 	rampupOutage                      // an outage begins: backoff probes it from now
+	// rampupStale: a success of a request sent before the outage began,
+	// answered while rampup has it paused. It says nothing of the outage,
+	// to rampup or to backoff, whose probing must go on: were backoff to
+	// end the outage on it while rampup stays paused, the refusals after
+	// would come to backoff as a new episode (a delay of Backoff.MinDelay,
+	// recovered a Window at a time), not to rampup.
+	rampupStale
 )
 
 // onAnswer learns from one answer at now (nothing from a transport
@@ -536,7 +543,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	case r.paused && refused:
 		return rampupLeft, true // backoff probes the outage
 	case r.paused && ans.started.Before(r.runAt):
-		return rampupLeft, true // sent before the outage: says nothing of it
+		return rampupStale, true // sent before the outage: says nothing of it
 	case r.paused && ans.started.Before(r.pausedAt):
 		// The server accepted a request sent during the run: its 5xx
 		// were a rate limit's (nginx's 503s between its 2xx, four in a

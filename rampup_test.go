@@ -435,3 +435,40 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 	got.rate = want.rate // configure clamps the rate to its bounds
 	assert.Equal(t, want, got)
 }
+
+// TestRampupOutageStaleSuccess: while rampup has an outage paused, a
+// success of a request sent before the run began says nothing of it. It
+// must not end backoff's probing either: nginx in delay mode answers its
+// queued requests late and its refusals at once, so such successes come
+// in the middle of a run, and a backoff that took one for the outage's end
+// met the refusals after as a new episode, at Backoff.MinDelay (1 s, 16 %
+// of a 9 req/s limit), recovered a Window at a time.
+func TestRampupOutageStaleSuccess(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad = 8, 8, 8.1
+	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+	r.probeAt = p.now.Add(time.Hour)
+	p.s.refresh()
+	p.paced(50, 10*ms, ok)
+	early := p.now // a request sent before the run, answered late
+	for range 4 {
+		p.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	require.True(t, r.paused)
+	probing := p.delay()
+	require.GreaterOrEqual(t, probing, outageFirstProbe, "backoff probes the outage")
+	p.now = p.now.Add(10 * ms)
+	p.answer(early, ok)
+	assert.True(t, r.paused, "still paused")
+	assert.Equal(t, probing, p.delay(), "backoff still probes the outage")
+	p.now = p.now.Add(10 * ms)
+	p.answer(p.now.Add(-5*ms), Feedback{Status: 503}) // in flight when it began
+	assert.GreaterOrEqual(t, p.delay(), outageFirstProbe, "the outage's, not a new episode")
+	// The probe's success resumes at G, and backoff lets go.
+	p.now = p.now.Add(outageFirstProbe)
+	p.answer(p.now.Add(-10*ms), ok)
+	assert.False(t, r.paused)
+	assert.Equal(t, 8.0, p.rate())
+	assert.Equal(t, time.Second/8, p.delay(), "backoff let go")
+}

@@ -2,7 +2,6 @@ package fieldtest
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -27,14 +26,12 @@ const (
 	// randomCases is the number of shapes drawn, half of them nginx's.
 	randomCases = 4
 
-	// The space drawn from: the grid's (sim.GridShapes) for nginx and
-	// HAProxy, at limits a crawl of a few minutes can measure.
-	randomMinLimit   = 0.5 // req/s
-	randomMaxLimit   = 20  // req/s
-	randomMaxBurst   = 10  // nginx
-	randomMaxRetry   = 5   // s of Retry-After, when there is one
-	randomMaxPeriod  = 10  // s of HAProxy's http_req_rate
-	randomDrawStream = 0x6669656c64
+	// The space drawn from: sim.FieldShapes's.
+	randomMinLimit  = sim.FieldMinLimit
+	randomMaxLimit  = sim.FieldMaxLimit
+	randomMaxBurst  = sim.FieldMaxBurst
+	randomMaxRetry  = sim.FieldMaxRetry
+	randomMaxPeriod = sim.FieldMaxPeriod
 
 	// The targets of each random case, the grid's (sim.Shape's Targets)
 	// over a crawl of the suite's duration: the 2xx rate over the last
@@ -62,61 +59,10 @@ const (
 	randomDuration = 3 * time.Minute
 )
 
-// fieldKinds are the limiters the random cases draw, in turn.
-var fieldKinds = []sim.LimiterKind{sim.KindNginx, sim.KindHAProxy}
-
-// drawShapes draws n shapes of real limiters from seed, as many of
-// nginx's limit_req as of HAProxy's http_req_rate (one more of either
-// when n is odd), by Latin hypercube within each kind: each parameter's
-// range is cut into as many strata as the kind has shapes, each stratum
-// used once. The parameters: limits of randomMinLimit-randomMaxLimit
-// req/s (on a log scale), refused with 429 or 503, without Retry-After or
-// with one of 1-randomMaxRetry s, robots.txt on or off; nginx per second
-// (per minute below 2 req/s) with a burst of 0-randomMaxBurst, in nodelay
-// or delay mode; HAProxy over a period of 1-randomMaxPeriod s. The
-// servers answer at once (no Latency). The same seed gives the same
-// shapes.
-func drawShapes(seed uint64, n int) []sim.Shape {
-	rng := rand.New(rand.NewPCG(seed, randomDrawStream))
-	strata := func(m int) []float64 { // m points of [0, 1), one per stratum, shuffled
-		u := make([]float64, m)
-		for i, p := range rng.Perm(m) {
-			u[i] = (float64(p) + rng.Float64()) / float64(m)
-		}
-		return u
-	}
-	first := rng.IntN(len(fieldKinds))
-	shapes := make([]sim.Shape, 0, n)
-	for k := range fieldKinds {
-		kind := fieldKinds[(first+k)%len(fieldKinds)]
-		m := (n + len(fieldKinds) - 1 - k) / len(fieldKinds)
-		limit, burst, mode, period, status, retry, robots := strata(m), strata(m), strata(m), strata(m), strata(m), strata(m), strata(m)
-		for i := range m {
-			rate := randomMinLimit * math.Pow(randomMaxLimit/randomMinLimit, limit[i])
-			l := sim.Limiter{Kind: kind, Status: http.StatusServiceUnavailable}
-			switch kind {
-			case sim.KindNginx:
-				l.Period = time.Second
-				if rate < 2 {
-					l.Period = time.Minute
-				}
-				l.Burst = min(randomMaxBurst, int(burst[i]*(randomMaxBurst+1)))
-				l.NoDelay = mode[i] >= 0.5
-			case sim.KindHAProxy:
-				l.Period = time.Duration(1+min(randomMaxPeriod-1, int(period[i]*randomMaxPeriod))) * time.Second
-			}
-			l.Requests = max(1, int(math.Round(rate*l.Period.Seconds())))
-			if status[i] >= 0.5 {
-				l.Status = http.StatusTooManyRequests
-			}
-			if retry[i] >= 0.5 {
-				l.RetryAfter = time.Duration(1+min(randomMaxRetry-1, int((retry[i]-0.5)*2*randomMaxRetry))) * time.Second
-			}
-			shapes = append(shapes, sim.Shape{Limiter: l, Robots: robots[i] < 0.5})
-		}
-	}
-	return shapes
-}
+// drawShapes draws n shapes of real limiters from seed: sim.FieldShapes,
+// which the simulator also crawls by the hundred in virtual time
+// (internal/sim's TestFieldDraws).
+func drawShapes(seed uint64, n int) []sim.Shape { return sim.FieldShapes(seed, n) }
 
 // randomSeed returns the seed of seedEnv, or a new one.
 func randomSeed(t *testing.T) uint64 {

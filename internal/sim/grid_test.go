@@ -173,8 +173,16 @@ func TestGridShapesValid(t *testing.T) {
 //     through a Retry-After's silence, was taken for a window's end, and
 //     its limit over the time left (a fifth of the real one) for a
 //     ceiling, held for 4 minutes.
+//   - nginx in delay mode answering 503 at 5 ms (a field draw, at 0 ms
+//     on a busy machine): it answers its queued requests late and its
+//     refusals at once, so four refusals came in a row and rampup paused
+//     for an outage; a queued success, sent before, ended backoff's
+//     outage while rampup stayed paused, and the refusals after stepped
+//     backoff to its MinDelay, 1 s, recovered a Window at a time: 16 %
+//     of the limit for minutes.
 func TestGridShapesThatBroke(t *testing.T) {
 	shapes := []Shape{
+		{Limiter: Limiter{Kind: KindNginx, Requests: 9, Period: time.Second, Burst: 7, Status: 503, Latency: 5 * time.Millisecond}},
 		{Limiter: Limiter{Kind: KindNginx, Requests: 10, Period: time.Second, Burst: 6, Status: 503, Latency: 2 * time.Second}, Robots: true},
 		{Limiter: Limiter{Kind: KindNginx, Requests: 3, Period: time.Second, Burst: 10, NoDelay: true, Status: 503, RetryAfter: 3 * time.Second,
 			Stated: StateX, Latency: 587 * time.Millisecond}, Robots: true},
