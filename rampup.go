@@ -617,9 +617,19 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// G was measured (a quota's cycle, a stated rate), not proven by
 		// a round: refused before it held long enough to measure again,
 		// the server's memory is still letting go (a sliding window
-		// frees its slots as it took them). G stays; the drain goes on.
+		// frees its slots as it took them). G stays; a drain begins, or
+		// goes on: the refusals of requests sent from now on halve the
+		// rate per round of them (rule 4). (Without a cut and a new
+		// round, each later refusal came back here and the rate stayed
+		// at G with every request refused: HAProxy answering 503 at 57
+		// req/s, a limit of 12, for a minute.)
 		if !r.drain {
 			r.drain, r.drainAt = true, now
+		}
+		if r.okCut {
+			r.cut, r.okCut = now, false
+			r.rOK, r.rSig = 0, 0
+			r.rFirst, r.rLast = time.Time{}, time.Time{}
 		}
 		return
 	default:

@@ -472,3 +472,28 @@ func TestRampupOutageStaleSuccess(t *testing.T) {
 	assert.Equal(t, 8.0, p.rate())
 	assert.Equal(t, time.Second/8, p.delay(), "backoff let go")
 }
+
+// TestRampupMeasuredGDrains: a G that rule 5 measured, refused before it
+// held long enough to measure again, stays, and the refusals drain the
+// rate as any do (rule 4). They once came back to that rule one by one,
+// and the rate stayed at G with every request refused: HAProxy answering
+// 503, whose counter counts refusals, at 57 req/s for a minute against a
+// limit of 12 (internal/sim's field draws).
+func TestRampupMeasuredGDrains(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad, r.measured = 57, 57, 78, true
+	r.gAt, r.changed, r.first = p.now, p.now, p.now
+	r.cut = p.now.Add(-time.Second)
+	r.probeAt = p.now.Add(time.Hour)
+	p.s.refresh()
+	p.paced(1, 4*ms, ok) // the success that ended the cycle's drain
+	require.True(t, r.okCut)
+	for range 20 {
+		p.paced(1, 4*ms, tooMany) // (four 503s in a row would be an outage)
+	}
+	assert.Less(t, p.rate(), 57.0/8, "drained")
+	assert.Equal(t, 57.0, r.good, "G kept")
+	p.paced(1, 4*ms, ok)
+	assert.Equal(t, 57.0, p.rate(), "the first success returns to G")
+}
