@@ -33,8 +33,9 @@ package throttle
 //     1 s or more after 10 successes, ends a window: the successes over
 //     the cycle bound G and B; climbs then hold two cycles.
 //  6. Outage. Four 5xx in a row, no 2xx or 429 between: undone, backoff
-//     probes; a 2xx of a request sent since resumes at G (a run within a
-//     minute of that is a limiter's), one sent during the run redoes it.
+//     probes; a 2xx of a request sent since resumes at G, one sent during
+//     the run redoes it, and a run within a minute of either is a
+//     limiter's; so is a run that begins in the slow start, its answer.
 //  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a limit
 //     over the time to a reset that two answers a second apart share with
 //     no more left (a window's end), tried after 30 s; a reset that moves
@@ -178,7 +179,7 @@ const (
 	// climbs at most to twice a proven rate, so runs of one or two.
 	outageRun = 4
 	// outageRecur: a run of 5xx that begins this soon after an outage
-	// ended at a probe is a limiter's, not another outage. HAProxy
+	// ended (at a probe, or redone) is a limiter's, not another outage. HAProxy
 	// answering 503 refuses everything while its counter, which counts
 	// refusals, is over the limit: the run looks like an outage, its
 	// first probe a minute later is accepted, and at G the counter fills
@@ -186,6 +187,13 @@ const (
 	// each cycle). A server that is really down again after coming back
 	// is still backed off, by the drain's halving.
 	outageRecur = time.Minute
+	// outageSlowRun: a run that begins in the slow start this soon after
+	// its last rise (and two latencies) is the limit's answer to it
+	// (runSlow): a limiter's window, the ten seconds the longest counting
+	// periods of HAProxy that crawlers meet. Later, the rise took effect
+	// long ago or never (a crawl its workers bound, on a server without a
+	// limit), and a run is an outage as any.
+	outageSlowRun = 10 * time.Second
 )
 
 // rampup is the learned rampup state of one scope: the pace controller
@@ -236,14 +244,24 @@ type rampup struct {
 	accAt time.Time // the end of the last drain (first, before any)
 	accOK int       // successes since accAt
 
-	run      int     // 5xx in a row, no success and no 429 between
-	runG     float64 // G and B when the run began
-	runB     float64
-	runMem   time.Duration
-	runAt    time.Time // the start of the run's first request
-	paused   bool      // an outage: backoff probes it
+	run    int     // 5xx in a row, no success and no 429 between
+	runG   float64 // G and B when the run began
+	runB   float64
+	runMem time.Duration
+	runAt  time.Time // the start of the run's first request
+	// runSlow: the run began in the slow start, above G, soon after a
+	// rise (outageSlowRun): it is the limit's answer to the doubling,
+	// never an outage. HAProxy answering
+	// 503, whose counter counts refusals, refuses every request of the
+	// slow start's overshoot; taken for an outage, the scope waited a
+	// minute for its second probe and resumed at a G proven inside the
+	// counter's allowance (hundreds a second against tens), to drain
+	// through dozens of refusals. An outage at that very moment is
+	// drained as a limit is (rule 4).
+	runSlow  bool
+	paused   bool // an outage: backoff probes it
 	pausedAt time.Time
-	resumed  time.Time // when the last outage ended at a success
+	resumed  time.Time // when the last outage ended at a success (a probe's, or one that redid it)
 }
 
 // bound keeps the counters of an imported state within what the rules
@@ -551,6 +569,11 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		// what the refusals did and follow them as any are
 		// (internal/sim's TestGridShapesThatBroke, its first shape).
 		r.paused, r.run = false, 0
+		// A limiter's: its next run too (outageRecur). nginx in delay
+		// mode at 2 s latency answers its refusals at once and its
+		// queued 2xx late, so its runs are four long between them: each
+		// was an outage redone at G, 5 refusals a second for minutes.
+		r.resumed = now
 		r.good, r.runG = r.runG, r.good
 		r.bad, r.runB = r.runB, r.bad
 		r.memory, r.runMem = r.runMem, r.memory
@@ -578,9 +601,10 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	}
 	if r.run == 0 {
 		r.runG, r.runB, r.runMem, r.runAt = r.good, r.bad, r.memory, ans.started // what the run may undo
+		r.runSlow = r.step == 0 && r.rate > r.good && now.Sub(r.changed) < outageSlowRun+2*r.lat
 	}
 	r.run = min(r.run+1, outageRun)
-	if r.run < outageRun || (!r.resumed.IsZero() && now.Sub(r.resumed) < outageRecur) {
+	if r.run < outageRun || r.runSlow || (!r.resumed.IsZero() && now.Sub(r.resumed) < outageRecur) {
 		return rampupLeft, false // a rate limit's refusals (outageRecur)
 	}
 	// An outage, not a rate: undo what its first failures did to G and

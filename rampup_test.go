@@ -497,3 +497,58 @@ func TestRampupMeasuredGDrains(t *testing.T) {
 	p.paced(1, 4*ms, ok)
 	assert.Equal(t, 57.0, p.rate(), "the first success returns to G")
 }
+
+// TestRampupSlowStartRunIsNoOutage (rule 6): a run of 503s that begins in
+// the slow start, above G, is the limit's answer to the doubling: rampup
+// drains it (rule 4) rather than pausing for backoff's probes.
+func TestRampupSlowStartRunIsNoOutage(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(16)
+	r := p.s.rampup
+	for range 8 {
+		p.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	assert.False(t, r.paused, "a limit, not an outage")
+	assert.Less(t, p.delay(), outageFirstProbe, "no outage probe")
+	assert.Equal(t, 8.0, r.good, "G as the slow start proved it")
+	// Past the slow start, a run is an outage as before.
+	q := newPolicy(t, rampConfig())
+	q.slowStartTo(16)
+	q.paced(1, 10*ms, tooMany) // the first refusal ends the slow start
+	q.paced(20, 10*ms, ok)
+	for range 4 {
+		q.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	assert.True(t, q.s.rampup.paused)
+}
+
+// TestRampupRedoneRunRecurs (rule 6): a run redone by a 2xx of a request
+// sent during it was a limiter's, and so is a run within outageRecur
+// after: it is drained, not paused and redone again.
+func TestRampupRedoneRunRecurs(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad, r.step = 8, 8, 8.1, rampupEpsilon
+	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+	r.probeAt = p.now.Add(time.Hour)
+	p.s.refresh()
+	p.paced(50, 10*ms, ok)
+	var during time.Time
+	for i := range 4 {
+		if i == 1 {
+			during = p.now
+		}
+		p.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	require.True(t, r.paused)
+	p.now = p.now.Add(10 * ms)
+	p.answer(during, ok) // sent during the run: a limiter's
+	require.False(t, r.paused, "redone")
+	p.now = p.now.Add(5 * time.Second)
+	p.paced(10, 10*ms, ok)
+	for range 6 {
+		p.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	assert.False(t, r.paused, "a run within a minute of the redo: the limiter's")
+	assert.Less(t, p.rate(), 8.0, "drained")
+}
