@@ -179,8 +179,8 @@ const (
 	// climbs at most to twice a proven rate, so runs of one or two.
 	outageRun = 4
 	// outageRecur: a run of 5xx that begins this soon after an outage
-	// ended (at a probe, or redone) is a limiter's, not another outage. HAProxy
-	// answering 503 refuses everything while its counter, which counts
+	// ended (at a probe, or redone) is a limiter's, not another outage.
+	// HAProxy answering 503 refuses everything while its counter, which counts
 	// refusals, is over the limit: the run looks like an outage, its
 	// first probe a minute later is accepted, and at G the counter fills
 	// again within seconds (15 % of the limit, a run and a minute's pause
@@ -251,13 +251,13 @@ type rampup struct {
 	runAt  time.Time // the start of the run's first request
 	// runSlow: the run began in the slow start, above G, soon after a
 	// rise (outageSlowRun): it is the limit's answer to the doubling,
-	// never an outage. HAProxy answering
-	// 503, whose counter counts refusals, refuses every request of the
-	// slow start's overshoot; taken for an outage, the scope waited a
-	// minute for its second probe and resumed at a G proven inside the
-	// counter's allowance (hundreds a second against tens), to drain
-	// through dozens of refusals. An outage at that very moment is
-	// drained as a limit is (rule 4).
+	// never an outage. HAProxy answering 503, whose counter counts
+	// refusals, refuses every request of the slow start's overshoot;
+	// taken for an outage, the scope waited a minute for its second
+	// probe and resumed at a G proven inside the counter's allowance
+	// (hundreds a second against tens), to drain through dozens of
+	// refusals. An outage at that very moment is drained as a limit is
+	// (rule 4).
 	runSlow  bool
 	paused   bool // an outage: backoff probes it
 	pausedAt time.Time
