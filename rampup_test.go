@@ -270,17 +270,25 @@ func TestRampupQuotaCycle(t *testing.T) {
 	assert.LessOrEqual(t, res.signalsPerMin(3*time.Minute, 6*time.Minute), 2.0)
 }
 
-// TestRampupOutage (rule 6): four 5xx in a row with no success and no 429
-// between are an outage: what their first ones did to G and B is undone,
-// rampup pauses (backoff probes), and the first success resumes at G.
-func TestRampupOutage(t *testing.T) {
+// settledAt8 returns a policy settled at 8 req/s (B 8.1, past the slow
+// start, the next probe an hour away) after 50 good answers at 10 ms.
+func settledAt8(t *testing.T) *policy {
 	p := newPolicy(t, rampConfig())
 	r := p.s.rampup
-	r.rate, r.good, r.bad = 8, 8, 8.1
+	r.rate, r.good, r.bad, r.step = 8, 8, 8.1, rampupEpsilon
 	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
 	r.probeAt = p.now.Add(time.Hour)
 	p.s.refresh()
 	p.paced(50, 10*ms, ok)
+	return p
+}
+
+// TestRampupOutage (rule 6): four 5xx in a row with no success and no 429
+// between are an outage: what their first ones did to G and B is undone,
+// rampup pauses (backoff probes), and the first success resumes at G.
+func TestRampupOutage(t *testing.T) {
+	p := settledAt8(t)
+	r := p.s.rampup
 	var v rampupVerdict
 	for range 4 {
 		p.paced(1, 10*ms, Feedback{Status: 503})
@@ -444,13 +452,8 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 // met the refusals after as a new episode, at Backoff.MinDelay (1 s, 16 %
 // of a 9 req/s limit), recovered a Window at a time.
 func TestRampupOutageStaleSuccess(t *testing.T) {
-	p := newPolicy(t, rampConfig())
+	p := settledAt8(t)
 	r := p.s.rampup
-	r.rate, r.good, r.bad = 8, 8, 8.1
-	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
-	r.probeAt = p.now.Add(time.Hour)
-	p.s.refresh()
-	p.paced(50, 10*ms, ok)
 	early := p.now // a request sent before the run, answered late
 	for range 4 {
 		p.paced(1, 10*ms, Feedback{Status: 503})
@@ -526,13 +529,8 @@ func TestRampupSlowStartRunIsNoOutage(t *testing.T) {
 // sent during it was a limiter's, and so is a run within outageRecur
 // after: it is drained, not paused and redone again.
 func TestRampupRedoneRunRecurs(t *testing.T) {
-	p := newPolicy(t, rampConfig())
+	p := settledAt8(t)
 	r := p.s.rampup
-	r.rate, r.good, r.bad, r.step = 8, 8, 8.1, rampupEpsilon
-	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
-	r.probeAt = p.now.Add(time.Hour)
-	p.s.refresh()
-	p.paced(50, 10*ms, ok)
 	var during time.Time
 	for i := range 4 {
 		if i == 1 {

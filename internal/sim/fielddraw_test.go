@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -116,24 +115,9 @@ func TestFieldDraws(t *testing.T) {
 	}
 	bad, _ := below(1, fieldDraws)
 	const file = "testdata/field-draws-below.json"
-	if os.Getenv("THROTTLE_GRID_UPDATE") == "1" {
-		b, err := json.MarshalIndent(bad, "", "  ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s: %d shapes below the floors", file, len(bad))
+	known, check := ratchet(t, file, bad)
+	if !check {
 		return
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var known map[string]string
-	if err := json.Unmarshal(b, &known); err != nil {
-		t.Fatalf("%s: %v", file, err)
 	}
 	var worse []string
 	for name, fig := range bad {
