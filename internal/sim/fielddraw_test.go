@@ -94,7 +94,8 @@ func fieldDrawShapes(seed uint64, n int) []Shape {
 // and fails when more of them are below the floors than seed 1's share
 // and three standard errors of the difference of the two.
 func TestFieldDraws(t *testing.T) {
-	below := func(seed uint64, n int) (bad map[string]string, lowest []float64) {
+	below := func(seed uint64, n int) (bad map[string]string) {
+		var shares []float64
 		shapes := fieldDrawShapes(seed, n)
 		scs := make([]Scenario, len(shapes))
 		for i, sh := range shapes {
@@ -103,17 +104,17 @@ func TestFieldDraws(t *testing.T) {
 		bad = map[string]string{}
 		for i, r := range RunSeeds(scs, testSeed, 1, 0) {
 			c := fieldFigures(shapes[i], r.Results[0].Series)
-			lowest = append(lowest, c.share)
+			shares = append(shares, c.share)
 			if c.share < fieldFloorShare || c.signals > fieldFloorSignals {
 				bad[c.shape.Name()] = c.String()
 			}
 		}
-		slices.Sort(lowest)
+		slices.Sort(shares)
 		t.Logf("draw seed %d: %d shapes, last third's share: lowest %.2f, 5th percentile %.2f, median %.2f; %d below the floors (%.0f %% of the limit, %.0f refusals/min)",
-			seed, n, lowest[0], lowest[n/20], lowest[n/2], len(bad), 100*fieldFloorShare, fieldFloorSignals)
-		return bad, lowest
+			seed, n, shares[0], shares[n/20], shares[n/2], len(bad), 100*fieldFloorShare, fieldFloorSignals)
+		return bad
 	}
-	bad, _ := below(1, fieldDraws)
+	bad := below(1, fieldDraws)
 	const file = "testdata/field-draws-below.json"
 	known, check := ratchet(t, file, bad)
 	if !check {
@@ -141,7 +142,7 @@ func TestFieldDraws(t *testing.T) {
 	}
 	p := float64(len(known)) / fieldDraws
 	allowed := p + 3*math.Sqrt(p*(1-p)*(1.0/fieldDraws+1.0/fieldSweepDraws)) // both shares are estimates
-	if sweepBad, _ := below(seed, fieldSweepDraws); float64(len(sweepBad))/fieldSweepDraws > allowed {
+	if sweepBad := below(seed, fieldSweepDraws); float64(len(sweepBad))/fieldSweepDraws > allowed {
 		names := make([]string, 0, len(sweepBad))
 		for _, fig := range sweepBad {
 			names = append(names, fig)
