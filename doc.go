@@ -97,7 +97,8 @@
 // its answer, but it is no start for the scope's Delay: the origin's
 // first page starts as soon as robots.txt is in, unless robots.txt asks
 // for a delay (then the first page waits that delay after the fetch), its
-// answer was a 429 or 503, or the host is backing off. The Allow and Disallow rules are enforced
+// answer was a 429 or 503, the host is backing off, or the scope is under
+// rampup, whose pace is the server's limit, which counts the fetch. The Allow and Disallow rules are enforced
 // only with RobotsConfig.Enforce: Acquire, the Transport and a ReadyQueue
 // then refuse a disallowed URL with a *DisallowedError before sending it, and every URL
 // of an origin whose robots.txt is unreachable (a 5xx, a network error),

@@ -168,6 +168,8 @@ func (s *timedSite) RoundTrip(req *http.Request) (*http.Response, error) {
 // after the first. A 503 on robots.txt backs the scope off from the
 // fetch's start (a 429 under rampup too, by rampup's halved pace), and
 // so does a scope already backing off when robots.txt is fetched again.
+// Under rampup the fetch is a start whatever its answer: rampup paces at
+// the server's limit, which counts the fetch.
 func TestRobotsFirstPageTiming(t *testing.T) {
 	crawl := func(t *testing.T, site *timedSite, mutate func(*Config)) *ThrottlingManager {
 		m := robotsManager(t, func(c *Config) {
@@ -198,6 +200,17 @@ func TestRobotsFirstPageTiming(t *testing.T) {
 			site := &timedSite{robotsStatus: 404, latency: 100 * time.Millisecond}
 			crawl(t, site, nil)
 			assert.Equal(t, []time.Duration{100 * ms, 1100 * ms, 2100 * ms}, site.pages)
+		})
+	})
+	t.Run("404 under rampup", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The first page a gap of the pace (Delay 1 s) after the
+			// fetch's start: right behind it, nginx without a burst
+			// refused it, and the refusal was taken for the limit's.
+			site := &timedSite{robotsStatus: 404, latency: 100 * time.Millisecond}
+			crawl(t, site, func(c *Config) { c.Default.Rampup.Enabled = true })
+			require.Len(t, site.pages, 3)
+			assert.Equal(t, time.Second, site.pages[0])
 		})
 	})
 	t.Run("SlotDelay", func(t *testing.T) {

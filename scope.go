@@ -244,6 +244,12 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 // after TTL, of a site that asked for a delay before, is the one
 // exception: the gap after it is that delay at least, a floor under every
 // gap of the scope.
+//
+// Under rampup the fetch is a start for the delay from the outset:
+// rampup paces at the server's limit, and the limiter counts the fetch
+// as any request. With the first page right behind it, an nginx without
+// burst refused that page, and the refusal was taken for the limit's
+// answer to the configured pace.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	now = s.adm.Latest(now) // as in Admit
 	t.Slot, t.Window = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
@@ -251,6 +257,9 @@ func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
 	s.lim.Gap = s.robotsFloor() // 0 unless robots.txt asked a delay before (a fetch again after TTL)
+	if s.rampup != nil {
+		s.robotsCounts()
+	}
 }
 
 // finishRobots is Finish for the manager's robots.txt fetch: it learns
