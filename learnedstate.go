@@ -62,6 +62,7 @@ type learnedRampup struct {
 	Bad      float64       `json:"bad,omitempty"`
 	PrevG    float64       `json:"pg,omitempty"`
 	Best     float64       `json:"be,omitempty"`
+	Held     float64       `json:"hl,omitempty"`
 	GAt      int64         `json:"ga,omitempty"`
 	GOK      int           `json:"gk,omitempty"`
 	Measured bool          `json:"mz,omitempty"`
@@ -70,6 +71,9 @@ type learnedRampup struct {
 	Changed  int64         `json:"ch,omitempty"`
 	Cut      int64         `json:"cu,omitempty"`
 	OKCut    bool          `json:"oc,omitempty"`
+	Reprove  bool          `json:"rv,omitempty"`
+	Under    int64         `json:"un,omitempty"`
+	Counts   bool          `json:"cn,omitempty"`
 	Rise     int64         `json:"ri,omitempty"`
 	Raised   bool          `json:"rd,omitempty"`
 	RFirst   int64         `json:"rf,omitempty"`
@@ -96,6 +100,8 @@ type learnedRampup struct {
 	Probe    bool          `json:"pb,omitempty"`
 	LastNo   int64         `json:"ln,omitempty"`
 	First    int64         `json:"fi,omitempty"`
+	CycLo    float64       `json:"cl,omitempty"`
+	CycHi    float64       `json:"cy,omitempty"`
 	AccAt    int64         `json:"aa,omitempty"`
 	AccOK    int           `json:"ak,omitempty"`
 	Run      int           `json:"ru,omitempty"`
@@ -146,7 +152,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, Held: r.held, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Reprove: r.reprove, Under: unixNano(r.under), Counts: r.counts, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), CycLo: r.cycLo, CycHi: r.cycHi, AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
 	}
 	return st
 }
@@ -171,7 +177,7 @@ func (st *learnedState) check() error {
 		}
 	}
 	if r := st.Ramp; r != nil {
-		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.PrevG, r.Best, r.Stated, r.Hint, r.Hinted, r.RunG, r.RunB} {
+		for _, f := range []float64{r.Rate, r.Good, r.Bad, r.PrevG, r.Best, r.Stated, r.Hint, r.Hinted, r.RunG, r.RunB, r.Held, r.CycLo, r.CycHi} {
 			if f < 0 || f > rampupMaxRate || math.IsNaN(f) {
 				return bad("rampup rate out of range")
 			}
@@ -214,7 +220,7 @@ func (st *learnedState) times() []*int64 {
 	}
 	if r := st.Ramp; r != nil {
 		ts = append(ts, &r.Changed, &r.Cut, &r.Rise, &r.GAt, &r.First, &r.AccAt, &r.ProbeAt, &r.PausedAt, &r.Resumed,
-			&r.DrainAt, &r.RFirst, &r.RLast, &r.LastNo, &r.HintAt, &r.HintSeen, &r.RunAt)
+			&r.DrainAt, &r.RFirst, &r.RLast, &r.LastNo, &r.HintAt, &r.HintSeen, &r.RunAt, &r.Under)
 	}
 	return ts
 }
@@ -239,7 +245,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		// A latency above MaxDelay, the longest wait any policy sets,
 		// would cap the rate below one start per MaxDelay for as many
 		// responses as its average takes to come down.
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, held: r.Held, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, reprove: r.Reprove, under: fromUnixNano(r.Under), counts: r.Counts, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), cycLo: r.CycLo, cycHi: r.CycHi, accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
 		rr.bound()
 		s.rampup = rr
 	}

@@ -97,8 +97,29 @@ func (p *policy) slowStartTo(r float64) {
 // TestRampupRefusedClimbReturnsToGood (rule 3): a refusal of a climb
 // above the last proven rate returns there at once and marks the climb's
 // rate refused; the search then bisects geometrically between the two
-// (rule 1) until they are within 2 %, and holds the proven one.
+// (rule 1) until they are within 2 %, and holds the proven one. Once a
+// drain has seen the server refuse what came after its event (a limiter
+// that counts what it refuses), a refused climb first drains its excess:
+// the rate goes as far under G as the climb went over it, for as long as
+// the climb went before the refused request (a second at most), and then
+// back to G.
 func TestRampupRefusedClimbReturnsToGood(t *testing.T) {
+	q := newPolicy(t, rampConfig())
+	q.slowStartTo(8)
+	q.s.rampup.counts = true
+	climbed := q.s.rampup.changed
+	q.paced(1, 50*ms, tooMany)
+	rq := q.s.rampup
+	assert.Equal(t, 4.0, rq.good)
+	assert.Equal(t, 2.0, q.rate(), "as far under G as the climb went over it")
+	assert.Equal(t, min(q.now.Add(-50*ms).Sub(climbed), rampupCycleMin), rq.under.Sub(q.now),
+		"as long as the climb went: from its start to the refused request's")
+	q.paced(1, 50*ms, ok) // within the drain of the excess
+	assert.Equal(t, 2.0, q.rate())
+	q.now = rq.under
+	require.True(t, q.until(rampupRoundNearB, 50*ms, ok, func() bool { return q.rate() == 4 }),
+		"a round later, back to the last good rate")
+
 	p := newPolicy(t, rampConfig())
 	p.slowStartTo(8)
 	p.paced(1, 50*ms, tooMany)
@@ -239,17 +260,18 @@ func TestRampupDrain(t *testing.T) {
 	p.slowStartTo(16)
 	p.paced(1, 10*ms, tooMany) // back to 8
 	r := p.s.rampup
-	g := r.good
+	g, from := r.good, p.rate()
 	event := r.drainAt
 	var rates []float64
 	for range 12 {
 		p.paced(2, 10*ms, tooMany)
 		rates = append(rates, p.rate())
-		assert.GreaterOrEqual(t, p.rate(), math.Min(g, 2/p.now.Sub(event).Seconds())*0.999,
+		assert.GreaterOrEqual(t, p.rate(), math.Min(from, 2/p.now.Sub(event).Seconds())*0.999,
 			"at %v: %g a second", p.now.Sub(event), p.rate())
 	}
 	assert.Less(t, rates[len(rates)-1], g/8, "drained")
 	assert.Equal(t, g, r.good, "G kept")
+	assert.True(t, r.counts, "the server refused what came after the event")
 	p.paced(1, 10*ms, ok)
 	assert.Equal(t, g, p.rate(), "the first success returns to G")
 	assert.False(t, r.drain)
@@ -549,4 +571,120 @@ func TestRampupRedoneRunRecurs(t *testing.T) {
 	}
 	assert.False(t, r.paused, "a run within a minute of the redo: the limiter's")
 	assert.Less(t, p.rate(), 8.0, "drained")
+}
+
+// TestRampupRefusedFirstAnswer (rule 3): the scope's first answer refused
+// says the server refuses now (a limiter another client filled, or that
+// still holds an earlier crawl's requests), not what rate it allows: R
+// halves, B stays unknown and the slow start goes on doubling. Taken as
+// B, it held an 11 req/s nginx under 1 req/s for a minute of bisection.
+func TestRampupRefusedFirstAnswer(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.paced(1, 50*ms, tooMany)
+	r := p.s.rampup
+	assert.Equal(t, 0.5, p.rate())
+	assert.Zero(t, r.bad, "no rate refused yet")
+	assert.Zero(t, r.step, "still the slow start")
+	p.now = p.now.Add(time.Second)
+	require.True(t, p.until(100, 50*ms, ok, func() bool { return p.rate() >= 4 }))
+	assert.Equal(t, 4.0, p.rate(), "doubling: 0.5, 1, 2, 4")
+	// A refusal after a success is the limit's answer, as before.
+	q := newPolicy(t, rampConfig())
+	q.paced(1, 50*ms, ok)
+	q.paced(1, 50*ms, tooMany)
+	assert.Equal(t, 1.0, q.s.rampup.bad)
+}
+
+// quotaCycle answers, from a policy whose slow start proved 32 req/s, n
+// successes paced at the rate, then one refusal gated wait, then a
+// success wait later: one cycle of a quota that states its reset, or of
+// a rate limiter that sends a constant Retry-After.
+func (p *policy) quotaCycle(n int, wait time.Duration) {
+	p.paced(n, 10*ms, ok)
+	p.paced(1, 10*ms, Feedback{Status: 429, Wait: wait, HasWait: true})
+	p.now = p.now.Add(wait)
+	p.next = p.now
+	p.paced(1, 10*ms, ok)
+}
+
+// TestRampupOneCycleIsNoQuota (rule 5): one drain that lasted the server's
+// wait, after one refusal, is no quota's cycle yet: a rate limiter with a
+// constant Retry-After looks the same (nginx at 13 req/s sending
+// Retry-After: 5, read as a quota, bounded G at 1.6 for minutes). A later
+// cycle that measures a rate the first allows confirms it, and G is what
+// both allow; so do refusals of the drain that span a second or more.
+func TestRampupOneCycleIsNoQuota(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(32)
+	r := p.s.rampup
+	p.quotaCycle(20, 5*time.Second)
+	assert.Greater(t, r.good, 8.0, "one cycle sets no G")
+	require.Greater(t, r.cycHi, 0.0, "but is remembered")
+	lo := r.cycLo
+	p.quotaCycle(20, 5*time.Second)
+	assert.True(t, r.measured, "the second confirms it")
+	assert.Less(t, r.good, 8.0)
+	assert.InDelta(t, max(lo, r.cycLo)*(1-rampupEpsilon), r.good, 1e-9, "what both cycles allow")
+	// Refusals over a second of the drain: a quota's at once.
+	q := newPolicy(t, rampConfig())
+	q.slowStartTo(32)
+	q.paced(20, 10*ms, ok)
+	g := q.s.rampup.good
+	for range 8 {
+		q.paced(1, 10*ms, tooMany)
+		q.now = q.now.Add(time.Second)
+	}
+	q.paced(1, 10*ms, ok)
+	assert.True(t, q.s.rampup.measured)
+	assert.Less(t, q.s.rampup.good, g/4)
+}
+
+// TestRampupOutageUndoesToAHeldG (rule 6): an outage undoes what its first
+// refusals did to G only when the server held that G (rampupTrust, with
+// rampupTrustOK successes): a G proven inside a counter's allowance, by
+// the slow start's first requests, is not where the scope resumes.
+func TestRampupOutageUndoesToAHeldG(t *testing.T) {
+	run := func(p *policy) {
+		for range 4 {
+			p.paced(1, 10*ms, Feedback{Status: 503})
+		}
+		require.True(t, p.s.rampup.paused)
+	}
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(16)
+	p.paced(1, 10*ms, tooMany) // the slow start ends: G 8
+	p.now = p.now.Add(time.Second)
+	p.paced(1, 10*ms, ok) // back at G, no round to climb yet
+	require.Equal(t, 8.0, p.rate())
+	run(p)
+	assert.Less(t, p.s.rampup.good, 8.0, "8 never held: what the refusals left")
+	// Held 5 s with 10 successes or more: undone to it.
+	q := settledAt8(t)
+	q.paced(60, 10*ms, ok)
+	require.Equal(t, 8.0, q.s.rampup.held)
+	run(q)
+	assert.Equal(t, 8.0, q.s.rampup.good)
+}
+
+// TestRampupDrainUnderGReproves (rule 4): a drain that went under G (the
+// server refused G too) returns to G, which then holds the proof time
+// before the next climb: a G proven inside a counter's allowance is
+// refused again within it, not climbed from.
+func TestRampupDrainUnderGReproves(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(16)
+	r := p.s.rampup
+	p.paced(1, 10*ms, tooMany) // G 8, B 16
+	r.memory = 10 * time.Second
+	for range 4 {
+		p.paced(2, 10*ms, tooMany) // rounds of refusals: under G
+	}
+	require.Less(t, p.rate(), r.good)
+	p.now = p.now.Add(rampupCycleMin)
+	p.paced(1, 10*ms, ok)
+	require.Equal(t, 8.0, p.rate(), "back to G")
+	require.True(t, r.reprove)
+	back := p.now
+	require.True(t, p.until(1000, 10*ms, ok, func() bool { return p.rate() > 8 }))
+	assert.GreaterOrEqual(t, p.now.Sub(back), r.memory, "G held the proof time first")
 }
