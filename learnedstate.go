@@ -71,7 +71,7 @@ type learnedRampup struct {
 	Changed  int64         `json:"ch,omitempty"`
 	Cut      int64         `json:"cu,omitempty"`
 	OKCut    bool          `json:"oc,omitempty"`
-	Reprove  bool          `json:"rv,omitempty"`
+	Reprove  time.Duration `json:"rv,omitempty"`
 	Under    int64         `json:"un,omitempty"`
 	Counts   bool          `json:"cn,omitempty"`
 	Rise     int64         `json:"ri,omitempty"`
@@ -186,7 +186,7 @@ func (st *learnedState) check() error {
 			return bad("rampup step out of range")
 		}
 		if r.GOK < 0 || r.AccOK < 0 || r.Lat < 0 || r.Run < 0 || r.ROK < 0 || r.RSig < 0 || r.Fails < 0 || r.Cost < 0 ||
-			r.Memory < 0 || r.Wait < 0 || r.RunMem < 0 {
+			r.Memory < 0 || r.Wait < 0 || r.RunMem < 0 || r.Reprove < 0 {
 			return bad("negative rampup value")
 		}
 	}

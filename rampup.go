@@ -26,8 +26,8 @@ package throttle
 //     back to the G before; rules 5 and 7's G stays 5 s. Refused before
 //     any success: R halves, the slow start goes on.
 //  4. Drain. Until the next success, each round of refusals halves R,
-//     down to two requests per time since the event; the success returns
-//     R to G, which holds a proof time before a climb if R went under it.
+//     down to two per time since the event; the success returns R to G,
+//     which holds the drain's time and a proof time if R went under it.
 //  5. Quota. A drain of 1 s or more, longer than what the server
 //     accepted before it (10 successes), with refusals over 1 s or
 //     confirmed by a later cycle, ends a window: the successes over the
@@ -210,14 +210,14 @@ type rampup struct {
 	lat      time.Duration // smoothed latency of successes
 	step     float64       // the next climb above G past B (a fraction); 0: slow start
 
-	changed time.Time // when R last changed: the round's start
-	cut     time.Time // when R last fell: older refusals are the event answered
-	okCut   bool      // a success of a request started after cut came
-	reprove bool      // the last drain went under G: G holds a proof time before a climb
-	under   time.Time // R stays under G until then, after a failed climb
-	counts  bool      // a drain saw refusals of requests sent after its event
-	rise    time.Time // when the rate G last rose to began
-	raised  bool      // G rose since the last refusal event
+	changed time.Time     // when R last changed: the round's start
+	cut     time.Time     // when R last fell: older refusals are the event answered
+	okCut   bool          // a success of a request started after cut came
+	reprove time.Duration // the last drain went under G: G holds that long, and a proof time, before a climb
+	under   time.Time     // R stays under G until then, after a failed climb
+	counts  bool          // a drain saw refusals of requests sent after its event
+	rise    time.Time     // when the rate G last rose to began
+	raised  bool          // G rose since the last refusal event
 
 	// the round: answers to requests started since changed
 	rFirst, rLast time.Time
@@ -275,6 +275,7 @@ type rampup struct {
 func (r *rampup) bound() {
 	r.fails = min(r.fails, rampupMaxFails)
 	r.memory, r.wait = min(r.memory, rampupMaxMemory), min(r.wait, rampupMaxMemory)
+	r.reprove = min(r.reprove, rampupMaxMemory)
 	r.run = min(r.run, outageRun)
 	r.step = min(r.step, rampupMaxStep)
 }
@@ -802,7 +803,10 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 		}
 	}
 	if r.good > 0 {
-		r.reprove = r.rate < r.good
+		r.reprove = 0
+		if r.rate < r.good {
+			r.reprove = min(dead, rampupMaxMemory) // as long as the server refused what came at or under G
+		}
 		to := r.good
 		if now.Before(r.under) {
 			to = min(r.good, max(r.rate, r.good*r.good/nonzero(r.bad, r.good)))
@@ -831,7 +835,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 	case !r.tookEffect() || r.rate == r.good && r.settled():
 		r.set(now, cfg, gc, r.rate) // nothing to prove, or to wait for the probe: a new round
 		return
-	case r.rate == r.good && r.reprove && now.Sub(r.changed) < r.proofTime():
+	case r.rate == r.good && r.reprove > 0 && now.Sub(r.changed) < max(r.reprove, r.proofTime()):
 		return // rule 4: G holds the proof time again before the next climb
 	}
 	if r.rate > r.good {
