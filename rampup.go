@@ -836,7 +836,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.set(now, cfg, gc, r.rate) // nothing to prove, or to wait for the probe: a new round
 		return
 	case r.rate == r.good && r.reprove > 0 && now.Sub(r.changed) < max(r.reprove, r.proofTime()):
-		return // rule 4: G holds the proof time again before the next climb
+		return // rule 4: G holds the drain's time and a proof time before the next climb
 	}
 	if r.rate > r.good {
 		if now.Sub(r.changed) < r.proofTime() {
@@ -848,6 +848,7 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.prevG = r.good
 		r.setGood(now, r.rate)
 		r.rise, r.raised = r.changed, true
+		r.reprove = 0 // the server held a rate above the drained G
 	}
 	switch {
 	case r.settled():
