@@ -44,13 +44,10 @@ const (
 	// limiters that count refusals, or that send a Retry-After of
 	// seconds, takes 1-4 minutes; see the grid's table in the README), so
 	// what fails the test is a case worse than the pace has been on any
-	// seed: under randomFloorShare of the limit over the last third, or
-	// more than randomFloorSignals refusals a minute.
+	// seed: under sim.FieldFloorShare of the limit over the last third, or
+	// more than sim.FieldFloorSignals refusals a minute.
 	randomMinShare   = 0.9
 	randomMaxSignals = 2.0
-
-	randomFloorShare   = 0.6
-	randomFloorSignals = 6.0
 
 	// randomDuration is how long a random case crawls: a minute longer
 	// than the fixed cases (as long as the fleet's starvation crawl, so
@@ -106,7 +103,7 @@ func (r *randomResult) missed() string {
 // seed it prints (THROTTLE_FIELD_SEED replays a draw), each as a case of
 // TestField, in parallel with them, with robots.txt handling on where
 // the shape says so (the server answers /robots.txt 404, counted by its
-// limiter). It fails a case below the floors (randomFloorShare) and
+// limiter). It fails a case below the floors (sim.FieldFloorShare) and
 // prints a table of every case's figures at the end, with the targets
 // each missed (randomMinShare).
 func TestFieldRandom(t *testing.T) {
@@ -136,9 +133,9 @@ func TestFieldRandom(t *testing.T) {
 			}
 			s := crawlServerFor(t, sh.Name(), url, sh.Limit(), cfg, d)
 			what := fmt.Sprintf("shape %s, seed %d (replay with %s)", sh.Name(), seed, replay)
-			assert.GreaterOrEqual(t, s.LastThirdFraction, randomFloorShare,
+			assert.GreaterOrEqual(t, s.LastThirdFraction, sim.FieldFloorShare,
 				"%s: 2xx rate over the last third as a fraction of the limit", what)
-			assert.LessOrEqual(t, s.SteadySignalsPerMin, randomFloorSignals,
+			assert.LessOrEqual(t, s.SteadySignalsPerMin, sim.FieldFloorSignals,
 				"%s: refusals per minute over [%.0f s, end]", what, s.SteadyFrom.Seconds())
 			assert.Zero(t, s.Errors, "%s: transport errors before the end: %v", what, s.FirstErrors)
 			if t.Failed() {

@@ -23,6 +23,15 @@ const (
 	fieldDrawStream = 0x6669656c64
 )
 
+// The field suite's floors, which fail a crawl of a field draw, on the
+// real servers (fieldtest) as in virtual time (TestFieldDraws): under
+// FieldFloorShare of the limit over the last third of the crawl, or more
+// than FieldFloorSignals refusals a minute after the first.
+const (
+	FieldFloorShare   = 0.6
+	FieldFloorSignals = 6.0
+)
+
 // FieldKinds are the limiters the field draw takes, in turn.
 var FieldKinds = []LimiterKind{KindNginx, KindHAProxy}
 

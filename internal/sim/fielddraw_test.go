@@ -26,11 +26,6 @@ const (
 	fieldCrawl      = 3 * time.Minute
 	fieldMinLatency = 100 * time.Microsecond
 	fieldMaxLatency = 30 * time.Millisecond
-	// The floors, the field suite's: the 2xx rate over the last third of
-	// the crawl at least fieldFloorShare of the limit, at most
-	// fieldFloorSignals refusals a minute over its last two minutes.
-	fieldFloorShare   = 0.6
-	fieldFloorSignals = 6.0
 )
 
 // fieldCase is one field draw crawled in virtual time.
@@ -105,13 +100,13 @@ func TestFieldDraws(t *testing.T) {
 		for i, r := range RunSeeds(scs, testSeed, 1, 0) {
 			c := fieldFigures(shapes[i], r.Results[0].Series)
 			shares = append(shares, c.share)
-			if c.share < fieldFloorShare || c.signals > fieldFloorSignals {
+			if c.share < FieldFloorShare || c.signals > FieldFloorSignals {
 				bad[c.shape.Name()] = c.String()
 			}
 		}
 		slices.Sort(shares)
 		t.Logf("draw seed %d: %d shapes, last third's share: lowest %.2f, 5th percentile %.2f, median %.2f; %d below the floors (%.0f %% of the limit, %.0f refusals/min)",
-			seed, n, shares[0], shares[n/20], shares[n/2], len(bad), 100*fieldFloorShare, fieldFloorSignals)
+			seed, n, shares[0], shares[n/20], shares[n/2], len(bad), 100*FieldFloorShare, FieldFloorSignals)
 		return bad
 	}
 	bad := below(1, fieldDraws)
