@@ -61,6 +61,13 @@ const excerptLines = 20
 // panicLines is how many lines from a later panic's first the list shows.
 const panicLines = 5
 
+// maxAsserts is how many later assertion reports the list shows, and
+// assertLines the most lines it shows of each.
+const (
+	maxAsserts  = 3
+	assertLines = 12
+)
+
 func main() {
 	var (
 		failed bool
@@ -458,8 +465,14 @@ func writeFailures(w io.Writer, failures []failure) {
 	}
 }
 
-// excerpt is the first excerptLines lines of output that say something
-// (not the === RUN lines), and the first panic line when it comes later.
+// excerpt is what a failure's output says, cut to be read at a glance:
+// its first excerptLines lines that say something (not the === RUN
+// lines), with a run of lines that differ only in their digits (a client
+// library logging each failed dial) folded into its first; then, further
+// down, each assertion's report (testify's "Error Trace:" block, up to
+// maxAsserts of them) and the first panic with the lines that name what it
+// hit (a timeout's running tests). An assertion that comes after a flood
+// of log lines is what the reader needs, and the flood is what hid it.
 func excerpt(output []string) []string {
 	var lines []string
 	for _, chunk := range output {
@@ -473,6 +486,7 @@ func excerpt(output []string) []string {
 			lines = append(lines, strings.TrimPrefix(strings.TrimRight(l, " \t"), "    "))
 		}
 	}
+	lines = foldRepeats(lines)
 	for len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
 	}
@@ -480,15 +494,70 @@ func excerpt(output []string) []string {
 		return lines
 	}
 	out := slices.Clone(lines[:excerptLines])
-	rest := lines[excerptLines:]
-	if i := slices.IndexFunc(rest, func(l string) bool { return strings.HasPrefix(l, "panic: ") }); i >= 0 {
-		// The panic and the lines that name what it hit (a timeout's
-		// running tests).
-		j := min(i+panicLines, len(rest))
-		out = append(append(out, "..."), rest[i:j]...)
-		rest = rest[j:]
+	shown := excerptLines // lines[:shown] are out, or counted as skipped
+	skipped := 0
+	show := func(from, to int) {
+		skipped += from - shown
+		out = append(append(out, "..."), lines[from:to]...)
+		shown = to
 	}
-	return append(out, fmt.Sprintf("... (%d more lines)", len(rest)))
+	asserts, panicked := 0, false
+	for i := excerptLines; i < len(lines); i++ {
+		switch l := strings.TrimSpace(lines[i]); {
+		case strings.HasPrefix(l, "Error Trace:") && asserts < maxAsserts:
+			asserts++
+			from := max(i-1, shown) // the file:line header above the block
+			to := i + 1
+			for to < len(lines) && to-from < assertLines && isAssertLine(lines[to]) {
+				to++
+			}
+			show(from, to)
+			i = to - 1
+		case strings.HasPrefix(l, "panic: ") && !panicked:
+			panicked = true
+			to := min(i+panicLines, len(lines))
+			show(i, to)
+			i = to - 1
+		}
+	}
+	skipped += len(lines) - shown
+	if skipped == 0 {
+		return out
+	}
+	return append(out, fmt.Sprintf("... (%d more lines)", skipped))
+}
+
+// isAssertLine reports whether l goes on a testify report: its fields
+// ("Error:", "Messages:" ...) and their continuations are indented by a
+// tab.
+func isAssertLine(l string) bool {
+	return strings.HasPrefix(strings.TrimLeft(l, " "), "\t")
+}
+
+// foldRepeats folds each run of lines that differ only in their digits
+// (timestamps, ports, counters) into its first line and a count.
+func foldRepeats(lines []string) []string {
+	shape := func(l string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return '#'
+			}
+			return r
+		}, l)
+	}
+	var out []string
+	for i := 0; i < len(lines); {
+		j := i + 1
+		for j < len(lines) && lines[i] != "" && shape(lines[j]) == shape(lines[i]) {
+			j++
+		}
+		out = append(out, lines[i])
+		if n := j - i - 1; n > 0 {
+			out = append(out, fmt.Sprintf("(%d more like it)", n))
+		}
+		i = j
+	}
+	return out
 }
 
 // shortPackage drops the module path from s, which starts with a package.

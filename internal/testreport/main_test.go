@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // A run with a pass, a failure, skips for two reasons and a package
@@ -272,19 +274,55 @@ func TestReportNothingRan(t *testing.T) {
 // TestExcerpt: a long output is cut after its first lines, and a panic
 // further down is shown with the lines that follow it.
 func TestExcerpt(t *testing.T) {
+	word := func(i int) string { return strings.Repeat("x", i+1) } // lines that differ in more than digits
 	var output []string
 	output = append(output, "=== RUN   TestX\n")
 	for i := range 30 {
-		output = append(output, fmt.Sprintf("    x_test.go:1: line %d\n", i))
+		output = append(output, fmt.Sprintf("    x_test.go:1: line %s\n", word(i)))
 	}
 	output = append(output, "panic: boom\n", "\n", "goroutine 1 [running]:\n", "main.f()\n", "\tx.go:1\n", "main.g()\n", "\tx.go:2\n")
 	got := excerpt(output)
 	want := []string{}
 	for i := range excerptLines {
-		want = append(want, fmt.Sprintf("x_test.go:1: line %d", i))
+		want = append(want, fmt.Sprintf("x_test.go:1: line %s", word(i)))
 	}
-	want = append(want, "...", "panic: boom", "", "goroutine 1 [running]:", "main.f()", "\tx.go:1", "... (2 more lines)")
+	want = append(want, "...", "panic: boom", "", "goroutine 1 [running]:", "main.f()", "\tx.go:1", "... (12 more lines)")
 	if !slices.Equal(got, want) {
 		t.Errorf("excerpt:\n%q\nwant\n%q", got, want)
 	}
+}
+
+// TestExcerptAssertAfterFlood: a client library's log flood (the same line
+// but for its timestamps and ports, 300 times) is folded into one line,
+// and a testify report further down, after a page of other logs, is shown
+// whole: the reader sees what failed. (CI once showed only the flood.)
+func TestExcerptAssertAfterFlood(t *testing.T) {
+	var output []string
+	for i := range 300 {
+		output = append(output, fmt.Sprintf("redis: 2026/11/27 19:16:%02d pool.go:770: failed to dial 127.0.0.1:%d: connection refused\n", i%60, 40000+i))
+	}
+	for i := range 40 {
+		output = append(output, fmt.Sprintf("    node.go:1: %s\n", strings.Repeat("n", i+1)))
+	}
+	report := []string{
+		"    cluster_test.go:952: \n",
+		"        \tError Trace:\t/w/cluster_test.go:952\n",
+		"        \tError:      \tShould be zero, but was 1\n",
+		"        \tTest:       \tTestClusterMasterKilled/FallbackLocal\n",
+		"        \tMessages:   \tcrawl-3: StoreFallbackLocal returned a store.Error\n",
+	}
+	output = append(output, report...)
+	output = append(output, "    node.go:2: after\n")
+	got := excerpt(output)
+	require.Equal(t, "redis: 2026/11/27 19:16:00 pool.go:770: failed to dial 127.0.0.1:40000: connection refused", got[0])
+	require.Equal(t, "(299 more like it)", got[1])
+	var wantReport []string
+	for _, l := range report {
+		wantReport = append(wantReport, strings.TrimPrefix(strings.TrimRight(l, " \n"), "    "))
+	}
+	i := slices.Index(got, wantReport[0])
+	require.GreaterOrEqual(t, i, excerptLines, "the report, after the first lines: %q", got)
+	require.Equal(t, "...", got[i-1])
+	require.Equal(t, wantReport, got[i:i+len(wantReport)])
+	require.Equal(t, "... (23 more lines)", got[len(got)-1], "22 node lines skipped before the report, 1 after")
 }
