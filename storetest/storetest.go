@@ -439,7 +439,12 @@ func testDeadline(t *testing.T, p *pair) {
 	w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) { sc.Delay = time.Minute; sc.Concurrency = 2 }))
 	r := req(t, "a.test")
 	mustTry(t, w1, r).Release(ok200, nil)
-	ctx, cancel := context.WithDeadline(context.Background(), p.clock.Now().Add(time.Second))
+	// A deadline a minute's delay will not meet. It is a real time, and
+	// the clock starts up to a second behind the real one, so it is
+	// placed 10 s on: 1 s could leave a loaded machine a few milliseconds
+	// to ask the store, and a deadline that passes during the call makes
+	// a WaitError with no scope (the caller left, nothing refused it).
+	ctx, cancel := context.WithDeadline(context.Background(), p.clock.Now().Add(10*time.Second))
 	defer cancel()
 	_, err := w2.Acquire(ctx, r)
 	var we *throttle.WaitError
