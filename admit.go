@@ -65,6 +65,9 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
 			return p, err
 		}
+		// The store failed, perhaps after a wait: local admission
+		// goes on from the time it failed, not from before the wait.
+		now = m.clock.Now()
 	}
 	if !notBefore.IsZero() && notBefore.After(now) { // IsZero: inline, After: a call
 		return m.wait(ctx, p, notBefore)

@@ -326,3 +326,41 @@ func testStoreFallbackNoTurnGivenBack(t *testing.T) {
 	require.NoError(t, <-done, "admitted from local state")
 	require.Equal(t, releases, fs.releases.Load(), "store calls to release: no turn given back to the failing store (the local permit's release is local)")
 }
+
+// TestStoreFallbackAfterWait: a caller waits on the store's delay (the
+// store named a start 5 s on), and the store fails when it asks again.
+// With StoreFallbackLocal it is admitted locally at the time the store
+// failed, and that is the start it reports and the local delay counts
+// from: the next local start comes a Delay after it, not a Delay after
+// the moment the caller began to wait.
+func TestStoreFallbackAfterWait(t *testing.T) { synctest.Test(t, testStoreFallbackAfterWait) }
+
+func testStoreFallbackAfterWait(t *testing.T) {
+	var clock Clock
+	fs := &faultyStore{Memory: store.NewMemory(clock)}
+	m := storeManager(t, clock, fs, true, nil) // Delay 1 s
+	other := storeManager(t, clock, fs, true, nil)
+	// Another worker starts: the store's next start is 1 s on.
+	p0, err := other.Acquire(context.Background(), get(t, "http://w.test/"))
+	require.NoError(t, err)
+	p0.Release(ok200, nil)
+	t0 := time.Now()
+	got := make(chan *Permit, 1)
+	go func() {
+		p, err := m.Acquire(context.Background(), get(t, "http://w.test/"))
+		require.NoError(t, err)
+		got <- p
+	}()
+	synctest.Wait() // refused by the store, waiting for its time
+	require.Equal(t, 1, m.Waiting())
+	fs.fail.Store(true) // the store goes away while it waits
+	p := <-got
+	require.Equal(t, time.Second, p.Acquired().Sub(t0), "the local start is when the store failed")
+	p.Release(ok200, nil)
+	began := time.Now()
+	p2, err := m.Acquire(context.Background(), get(t, "http://w.test/"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, p2.Acquired().Sub(p.Acquired()), time.Second, "local starts a Delay apart")
+	require.Equal(t, time.Second, time.Since(began), "the local delay counts from the local start")
+	p2.Release(ok200, nil)
+}
