@@ -453,8 +453,6 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		}
 	}
 	// Two answers a second or more apart that name the same reset: the
-	// end of a window, not a time that moves with each request.
-	// Two answers a second or more apart that name the same reset: the
 	// end of a window, not a time that moves with each request; and
 	// from then on every such statement is the window's.
 	if !ans.reset.IsZero() && !r.windows {

@@ -808,7 +808,14 @@ func testMasterKilled(t *testing.T, fallback bool) {
 		<-expire.C
 	}
 	for _, sc := range crawl {
-		require.Empty(t, leaseExpiries(t, rdb, checkStore, sc), "%s: leases left after the latest expiry", sc)
+		// A lease whose release failed (a call that timed out on a
+		// loaded machine) stays in the hash, expired, until the scope's
+		// next admission clears it: it holds no slot. Only a lease that
+		// has not expired would.
+		now := time.Now()
+		for _, exp := range leaseExpiries(t, rdb, checkStore, sc) {
+			require.False(t, exp.After(now), "%s: a lease held after the latest expiry (it expires at %v)", sc, exp)
+		}
 		var ps []*throttle.Permit
 		for range conc {
 			ps = append(ps, acquireScope(t, checker, sc, 10*time.Second))
