@@ -1,11 +1,17 @@
 package throttle
 
-// This file holds RobotsConfig, its defaults and its validation; the
-// fetch and the cache are in robotsfetch.go.
+// robots.txt as the manager applies it: RobotsConfig (its defaults and
+// validation), the stage every request passes before admission (before:
+// the fetch it waits for, then Enforce), and Stats.Robots. The fetch and
+// the cache of each origin's file are in robotsfetch.go; the parser is
+// package robots.
 
 import (
+	"context"
 	"net/http"
 	"time"
+
+	"github.com/crawlerkit/throttle/robots"
 )
 
 // RobotsConfig configures how the manager fetches robots.txt, applies its
@@ -149,4 +155,104 @@ func (c RobotsConfig) validate() error {
 		return &ConfigError{Field: "Robots.MaxBytes", Reason: "must be >= 0"}
 	}
 	return nil
+}
+
+// isRobotsFetch reports whether req is a robots.txt fetch of the
+// manager's own (a request of robotsCache.get, or a redirect it follows).
+func isRobotsFetch(req *http.Request) bool {
+	v, _ := req.Context().Value(robotsFetchKey{}).(bool)
+	return v
+}
+
+// before does what robots.txt asks of req before it is admitted (Acquire
+// and the Transport): it makes sure req's origin has a robots.txt (ensure)
+// and, under Enforce, refuses req if that robots.txt disallows it. It
+// returns whether req is the manager's own robots.txt fetch (which is
+// never refused and fetches nothing), the time (later than now if it
+// waited for the fetch), and the error to return: ctx's, as a
+// *WaitError, if it ended during the fetch, or a *DisallowedError.
+func (c *robotsCache) before(ctx context.Context, req *http.Request, now time.Time) (fetch bool, _ time.Time, _ error) {
+	if isRobotsFetch(req) {
+		return true, now, nil
+	}
+	if c.ensure(ctx, req, now) {
+		if err := ctx.Err(); err != nil { // it ended while robots.txt was fetched
+			return false, now, &WaitError{Reason: ReasonRobots, Err: err}
+		}
+		now = c.m.clock.Now()
+	}
+	if c.cfg.Enforce {
+		if err := c.enforce(req); err != nil {
+			return false, now, err
+		}
+	}
+	return false, now, nil
+}
+
+// enforce returns a *DisallowedError if the robots.txt of req's origin,
+// as ensure left it, disallows req for the configured user agent (or the
+// product token of req's User-Agent), or could not be fetched: RFC 9309
+// 2.3.1.4's complete disallow, as RobotsFor answers. A fetch still
+// running (a caller that waited FetchTimeout for it) or an entry already
+// evicted count as unreachable too: under Enforce no URL goes unchecked.
+func (c *robotsCache) enforce(req *http.Request) error {
+	key, ok := originOf(req)
+	if !ok {
+		return nil // not http or https: no robots.txt applies
+	}
+	agent := c.cfg.UserAgent
+	if agent == "" {
+		agent = robots.ProductToken(req.UserAgent())
+	}
+	c.mu.RLock()
+	e := c.origins[key]
+	var rules *robots.Robots
+	var retry time.Time
+	unreachable := e == nil || !e.ready
+	if !unreachable {
+		rules = e.robots
+		if e.failures > 0 && rules == nil {
+			unreachable, retry = true, e.expires
+		}
+	}
+	c.mu.RUnlock()
+	switch {
+	case unreachable:
+		return &DisallowedError{URL: req.URL, Origin: key.String(), UserAgent: agent, Unreachable: true, RetryAt: retry}
+	case rules.Allowed(agent, req.URL.RequestURI()):
+		return nil
+	}
+	return &DisallowedError{URL: req.URL, Origin: key.String(), UserAgent: agent}
+}
+
+// robotsStats fills rs with the state of m's robots.txt cache (see
+// RobotsStats). It reads every cached origin under the cache's read lock:
+// one pass over at most RobotsConfig.MaxOrigins entries.
+func (m *ThrottlingManager) robotsStats(rs *RobotsStats) {
+	*rs = RobotsStats{}
+	c := m.robots
+	if c == nil {
+		return
+	}
+	rs.Enabled, rs.Client, rs.Enforce = true, c.cfg.Client != nil, c.cfg.Enforce
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	rs.Origins = len(c.origins)
+	for _, h := range c.hosts {
+		if h.delay > 0 {
+			rs.Delays++
+		}
+	}
+	for _, e := range c.origins {
+		switch {
+		case !e.ready && e.robots == nil && e.failures == 0:
+			rs.Fetching++ // a first fetch (a refetch keeps what it had)
+		case e.failures > 0:
+			rs.Failed++
+		case e.robots != nil:
+			rs.Rules++
+		default:
+			rs.NoRules++
+		}
+	}
 }
