@@ -8,30 +8,33 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReasonsOfAdmissionAndStore: the admission rules' reasons are
-// Reason's own numbers (the default scope converts them as they are), and
-// each reason a Store answers with is the manager's reason of that name.
-func TestReasonsOfAdmissionAndStore(t *testing.T) {
+// TestReasons: Reason is one type for the module (store.Reason and the
+// admission rules' reasons are it), so a Store's answer is the manager's
+// reason of the same name as it is; each has its words, and a value past
+// the list is "unknown".
+func TestReasons(t *testing.T) {
 	for _, c := range []struct {
-		adm admission.Reason
-		st  store.Reason
-		r   Reason
+		st   store.Reason
+		r    Reason
+		word string
 	}{
-		{admission.None, store.ReasonNone, ReasonNone},
-		{admission.Concurrency, store.ReasonConcurrency, ReasonConcurrency},
-		{admission.Delay, store.ReasonDelay, ReasonDelay},
-		{admission.SlotDelay, store.ReasonSlotDelay, ReasonSlotDelay},
-		{admission.Gate, store.ReasonGate, ReasonGate},
-		{admission.Quota, store.ReasonQuota, ReasonQuota},
+		{store.ReasonNone, ReasonNone, "none"},
+		{store.ReasonConcurrency, ReasonConcurrency, "concurrency"},
+		{store.ReasonDelay, ReasonDelay, "delay"},
+		{store.ReasonSlotDelay, ReasonSlotDelay, "slot delay"},
+		{store.ReasonGate, ReasonGate, "server gate"},
+		{store.ReasonQuota, ReasonQuota, "quota"},
+		{store.ReasonQueue, ReasonQueue, "queue"},
 	} {
-		require.Equal(t, c.r, Reason(c.adm), "admission's %v", c.r)
-		require.Equal(t, c.r, reasonOf(c.st), "the store's %v", c.st)
-		require.Equal(t, c.r.String(), c.st.String())
+		require.Equal(t, c.r, c.st, "the store's %v", c.st)
+		require.Equal(t, c.word, c.r.String())
 	}
-	require.Equal(t, ReasonQueue, reasonOf(store.ReasonQueue), "the store's queue")
-	require.Equal(t, ReasonQueue.String(), store.ReasonQueue.String())
-	require.Equal(t, ReasonNone, reasonOf(store.ReasonQueue+1), "a reason the store package does not list")
-	require.Equal(t, "unknown", (store.ReasonQueue + 1).String())
+	for r, word := range map[Reason]string{ReasonRobots: "robots", ReasonBackoff: "backoff",
+		ReasonGlobal: "global concurrency", ReasonRampup: "rampup", ReasonAutoThrottle: "autothrottle"} {
+		require.Equal(t, word, r.String())
+	}
+	require.Equal(t, admission.Quota, ReasonQuota, "the admission rules' reasons are the manager's")
+	require.Equal(t, "unknown", (ReasonAutoThrottle + 1).String())
 }
 
 // TestDelayChangedReasons: the words hooks.DelayChanged.Reason is

@@ -75,35 +75,27 @@ const (
 	IdleEmpty
 )
 
-// Reason says why a request waits. The zero value is ReasonNone.
-type Reason uint8
+// Reason says why a request waits. The zero value is ReasonNone. String
+// returns it in words, e.g. "slot delay". (It is declared once for the
+// module, in internal/admission; store.Reason is the same type, so a
+// Store's reasons are the manager's as they are.)
+type Reason = admission.Reason
 
 // The reasons a request waits, from the scope's policy or the manager.
 const (
-	ReasonNone         Reason = iota // it may start now
-	ReasonConcurrency                // every slot of the scope is taken
-	ReasonDelay                      // the scope's delay since its last start
-	ReasonSlotDelay                  // the free slots' delay since their last start
-	ReasonGate                       // a server-given wait (Retry-After, RateLimit)
-	ReasonQuota                      // the window's quota is spent
-	ReasonRobots                     // robots.txt Crawl-delay or Request-rate
-	ReasonBackoff                    // the delay raised by backoff signals
-	ReasonGlobal                     // Config.GlobalConcurrency is reached
-	ReasonQueue                      // earlier callers wait for the same scope
-	ReasonRampup                     // rampup's rate: the fastest it has proven, or is probing
-	ReasonAutoThrottle               // AutoThrottle's delay: latency / TargetConcurrency
+	ReasonNone         = admission.None         // it may start now
+	ReasonConcurrency  = admission.Concurrency  // every slot of the scope is taken
+	ReasonDelay        = admission.Delay        // the scope's delay since its last start
+	ReasonSlotDelay    = admission.SlotDelay    // the free slots' delay since their last start
+	ReasonGate         = admission.Gate         // a server-given wait (Retry-After, RateLimit)
+	ReasonQuota        = admission.Quota        // the window's quota is spent
+	ReasonRobots       = admission.Robots       // robots.txt Crawl-delay or Request-rate
+	ReasonBackoff      = admission.Backoff      // the delay raised by backoff signals
+	ReasonGlobal       = admission.Global       // Config.GlobalConcurrency is reached
+	ReasonQueue        = admission.Queue        // earlier callers wait for the same scope
+	ReasonRampup       = admission.Rampup       // rampup's rate: the fastest it has proven, or is probing
+	ReasonAutoThrottle = admission.AutoThrottle // AutoThrottle's delay: latency / TargetConcurrency
 )
-
-var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate",
-	"quota", "robots", "backoff", "global concurrency", "queue", "rampup", "autothrottle"}
-
-// String returns the reason in words, e.g. "slot delay".
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
 
 // ScopeParams is what a ScopeManagerFactory gets for one scope. The manager
 // always fills Key, Config, Logger and GlobalConcurrency; from a zero
@@ -282,7 +274,7 @@ func (s *defaultScope) robotsCounts() {
 	}
 	s.robotsStart = false
 	s.jitter = s.drawJitter()
-	s.backoffJitter = Reason(s.lim.GapWhy) == ReasonBackoff
+	s.backoffJitter = s.lim.GapWhy == ReasonBackoff
 	s.lim.Gap = s.gap(s.effDelay)
 }
 
@@ -305,7 +297,7 @@ func (s *defaultScope) tick(now time.Time) {
 func (s *defaultScope) refresh() {
 	var why Reason
 	s.effDelay, why = s.combineDelay()
-	s.lim.GapWhy = admission.Reason(why)
+	s.lim.GapWhy = why
 	s.lim.Conc = int32(min(s.combineConcurrency(), math.MaxInt32))
 	s.lim.Gap = s.gap(s.effDelay)
 }
@@ -319,7 +311,7 @@ func (s *defaultScope) baseDelay() time.Duration {
 }
 
 // delay returns the delay between starts now, and which part set it.
-func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, Reason(s.lim.GapWhy) }
+func (s *defaultScope) delay() (time.Duration, Reason) { return s.effDelay, s.lim.GapWhy }
 
 // concurrency returns how many permits the scope admits at once now.
 func (s *defaultScope) concurrency() int { return int(s.lim.Conc) }
@@ -399,7 +391,7 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
 	if why == admission.None {
 		return Admission{}
 	}
-	return Admission{At: at, Reason: Reason(why)}
+	return Admission{At: at, Reason: why}
 }
 
 // quotaLeft returns what the window's quota has left at now, and false
@@ -429,7 +421,7 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	t.Slot, t.Window = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
-	s.backoffJitter = Reason(s.lim.GapWhy) == ReasonBackoff // drawJitter took Backoff.Jitter
+	s.backoffJitter = s.lim.GapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
 	s.robotsStart = false                                   // this start is the previous one now
 	s.lim.Gap = s.gap(s.effDelay)
 }

@@ -225,7 +225,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 			h.s.started(p.robots)
 		}
 	}
-	why := reasonOf(ans.Reason)
+	why := ans.Reason // (store.Reason is Reason)
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
 		why = p.scopes[ans.Scope].s.policy().sharedWhy(why)
 	}
@@ -236,20 +236,6 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 		p.acquired = ans.Now
 	}
 	return ans, why, nil
-}
-
-// storeReasons are a Store's reasons as the manager names them.
-var storeReasons = [...]Reason{store.ReasonNone: ReasonNone, store.ReasonConcurrency: ReasonConcurrency,
-	store.ReasonDelay: ReasonDelay, store.ReasonSlotDelay: ReasonSlotDelay, store.ReasonGate: ReasonGate,
-	store.ReasonQuota: ReasonQuota, store.ReasonQueue: ReasonQueue}
-
-// reasonOf returns a Store's reason as the manager names it: ReasonNone
-// for a value the store package does not list.
-func reasonOf(r store.Reason) Reason {
-	if int(r) < len(storeReasons) {
-		return storeReasons[r]
-	}
-	return ReasonNone
 }
 
 // acquireShared is acquire with the state in the store: admission

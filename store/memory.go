@@ -240,7 +240,7 @@ func (st *memScope) admit(now time.Time, sc *Scope, lease string) (time.Time, Re
 	if why == admission.None && st.turn.live(now) && st.turn.lease != lease {
 		return st.turn.until, ReasonQueue
 	}
-	return at, reasons[why]
+	return at, why
 }
 
 // bound brings the state within sc's bounds at now: expired leases are
@@ -288,11 +288,6 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
-
-// reasons are the admission rules' reasons as a Store answers them.
-var reasons = [...]Reason{admission.None: ReasonNone, admission.Concurrency: ReasonConcurrency,
-	admission.Delay: ReasonDelay, admission.SlotDelay: ReasonSlotDelay, admission.Gate: ReasonGate,
-	admission.Quota: ReasonQuota}
 
 // start records an admitted start under lease.
 func (st *memScope) start(now time.Time, lease string, sc *Scope) Ticket {

@@ -178,33 +178,22 @@ type Answer struct {
 }
 
 // Reason is the admission rule that refused a Request. The zero value is
-// ReasonNone. The manager reads each as the throttle.Reason of the same
-// name (a ReasonDelay as the policy part that set the delay, such as
-// throttle.ReasonBackoff), and a value not listed here as
-// throttle.ReasonNone.
-type Reason uint8
+// ReasonNone. It is throttle.Reason itself (both name the module's one
+// declaration, in internal/admission): the manager reads a Store's reason
+// as it is, a ReasonDelay as the policy part that set the delay (such as
+// throttle.ReasonBackoff). String returns it in words, e.g. "slot delay".
+type Reason = admission.Reason
 
 // The rules a Store applies, in the order Admit checks them.
 const (
-	ReasonNone        Reason = iota // nothing refused: admitted
-	ReasonConcurrency               // every slot of the scope is taken
-	ReasonDelay                     // the scope's delay since its last start
-	ReasonSlotDelay                 // the free slots' delay since their last start
-	ReasonGate                      // a server-given wait (ReleaseScope.Gate)
-	ReasonQuota                     // the window's quota is spent
-	ReasonQueue                     // a waiter that came first has its turn
+	ReasonNone        = admission.None        // nothing refused: admitted
+	ReasonConcurrency = admission.Concurrency // every slot of the scope is taken
+	ReasonDelay       = admission.Delay       // the scope's delay since its last start
+	ReasonSlotDelay   = admission.SlotDelay   // the free slots' delay since their last start
+	ReasonGate        = admission.Gate        // a server-given wait (ReleaseScope.Gate)
+	ReasonQuota       = admission.Quota       // the window's quota is spent
+	ReasonQueue       = admission.Queue       // a waiter that came first has its turn
 )
-
-var reasonNames = [...]string{"none", "concurrency", "delay", "slot delay", "server gate", "quota", "queue"}
-
-// String returns the reason in words, e.g. "slot delay", as
-// throttle.Reason's String does.
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
 
 // Ticket is what a Store recorded for one scope of an admitted request.
 // The zero value is slot 0 and window 0, not "no slot" (-1). A plain

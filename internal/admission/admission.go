@@ -9,22 +9,6 @@ package admission
 
 import "time"
 
-// Reason is the rule that holds a start back. Its values are the first
-// values of throttle.Reason, so the root package converts between the two
-// as they are; Limits.GapWhy may hold any of throttle.Reason's, which
-// Check returns as it is.
-type Reason uint8
-
-// The rules' reasons, numbered as throttle.Reason numbers them.
-const (
-	None        Reason = iota // the start may come now
-	Concurrency               // every slot is taken
-	Delay                     // the gap since the previous start
-	SlotDelay                 // the free slots' delay since their last start
-	Gate                      // a server-given wait
-	Quota                     // the window's quota is spent
-)
-
 // State is one scope's admission state, which Check and Start read and
 // change. Its callers hand it their limits at each call (what the scope's
 // policies make of them is theirs), so the same state serves a scope whose
