@@ -20,11 +20,12 @@ type answer struct {
 	status  int           // the response's status; 0: a transport error
 	failed  bool          // a transport error
 	timeout bool          // a transport timeout
-	// signal says it is a backoff signal for this scope (see
-	// backoff.isSignal); rateLimited that it is a rate limit, never an
-	// outage: a 429, or a 5xx right after a success (a limiter refusing
-	// between its successes).
-	signal, rateLimited bool
+	// What the answer is, as classify decides it: a signal for this
+	// scope or a success; a signal's rateLimited says backoff reads it
+	// as a rate limit (a 429, or a 5xx right after a success: a limiter
+	// refusing between its successes), and limitStatus that its status
+	// says so itself (429), which no outage answers.
+	signal, rateLimited, limitStatus bool
 	// spent says it is a success whose headers say the scope's quota is
 	// spent (X-RateLimit-Remaining: 0 and the like), and that the scope
 	// believes them (see spentQuota).
@@ -57,9 +58,10 @@ type answer struct {
 // answerFor reads fb for the scope at now: the answer to the request of
 // ticket t. prevSignal says the scope's previous answer was a signal.
 func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSignal bool) answer {
-	signal := s.backoff.isSignal(&s.cfg, s.key, fb)
 	a := answer{started: t.Start, latency: fb.Latency, status: fb.Status, failed: fb.Err != nil, timeout: fb.Timeout,
-		signal: signal, stated: fb.StatedRate, policy: fb.StatedPolicy, globalCap: s.globalCap, conc: s.concurrency()}
+		stated: fb.StatedRate, policy: fb.StatedPolicy, globalCap: s.globalCap, conc: s.concurrency()}
+	a.classify(&s.cfg, s.key, fb, &s.backoff, prevSignal)
+	signal := a.signal
 	a.delay, _ = s.delay()
 	a.remaining = -1
 	if fb.HasRemaining {
@@ -68,7 +70,6 @@ func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSig
 	if fb.StatedRate > 0 && !fb.StatedPolicy && fb.HasWait {
 		a.reset = now.Add(fb.Wait)
 	}
-	a.rateLimited = fb.Status == http.StatusTooManyRequests || fb.Status != 0 && !prevSignal
 	if fb.HasRemaining && fb.HasWait && fb.appliesTo(s.key) {
 		s.quota.remaining(t.Start, fb.Remaining, now.Add(fb.Wait))
 	}
@@ -88,8 +89,23 @@ func (s *defaultScope) answerFor(now time.Time, t *Ticket, fb *Feedback, prevSig
 		// rounded up to a second, would cost a second a request).
 		a.spent = false
 	}
-	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb, a.spent); ok {
+	if gate, ok := s.backoff.gateFor(now, &s.cfg, s.key, fb, signal || a.spent); ok {
 		a.gated, a.gate = true, gate.Sub(now)
 	}
 	return a
+}
+
+// classify decides what fb is for the scope key, the one place the
+// policies' reading of an answer is made: a signal when it applies to
+// the scope and either says so (Feedback.Backoff: a transport error that
+// shows overload, see isBackoffError, or a FeedbackFunc's verdict) or has
+// one of the scope's Backoff.Statuses; else a success. A signal whose
+// status is 429 is a limit by its status (limitStatus: rampup never
+// counts it toward an outage); one with any status right after an answer
+// that was no signal (prevSignal false) backoff reads as a rate limit
+// too (rateLimited), while a run of them may be an outage.
+func (a *answer) classify(cfg *ScopeConfig, key string, fb *Feedback, b *backoff, prevSignal bool) {
+	a.signal = fb.appliesTo(key) && (fb.Backoff || b.isSignalStatus(cfg, fb.Status))
+	a.limitStatus = fb.Status == http.StatusTooManyRequests
+	a.rateLimited = a.limitStatus || fb.Status != 0 && !prevSignal
 }

@@ -204,15 +204,8 @@ func (b *backoff) configure(cfg *ScopeConfig) {
 	}
 }
 
-// isSignal is the backoff-signal test, the one place it is made: fb is a
-// signal for the scope key when it applies to it and either says so
-// (Feedback.Backoff: a transport error that shows overload, see
-// isBackoffError, or a FeedbackFunc's verdict) or has one of the scope's
-// Backoff.Statuses.
-func (b *backoff) isSignal(cfg *ScopeConfig, key string, fb *Feedback) bool {
-	return fb.appliesTo(key) && (fb.Backoff || b.isSignalStatus(cfg, fb.Status))
-}
-
+// isSignalStatus reports whether status is one of the scope's
+// Backoff.Statuses (answer.classify makes the whole test).
 func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 	// Most responses are 2xx and no default signal is below 429: the
 	// range check spares the search on the hot path.
@@ -223,10 +216,11 @@ func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 // any: a server-given wait (Retry-After, a RateLimit reset) that comes
 // with a backoff signal, or with a success that says the quota is spent
 // (spent: fb.Exhausted, unless the scope learned that its quota slides,
-// see spentQuota), capped at MaxDelay. The gate holds every start of the
-// scope until it passes, on top of whatever the signal does to the delay.
-func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback, spent bool) (time.Time, bool) {
-	if fb.HasWait && fb.appliesTo(key) && (spent || b.isSignal(cfg, key, fb)) {
+// see spentQuota) — gates says it is either — capped at MaxDelay. The
+// gate holds every start of the scope until it passes, on top of
+// whatever the signal does to the delay.
+func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback, gates bool) (time.Time, bool) {
+	if fb.HasWait && fb.appliesTo(key) && gates {
 		return now.Add(min(fb.Wait, cfg.Backoff.MaxDelay)), true
 	}
 	return time.Time{}, false

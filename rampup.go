@@ -43,7 +43,6 @@ package throttle
 
 import (
 	"math"
-	"net/http"
 	"time"
 )
 
@@ -604,7 +603,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 			r.run = 0 // (an answer to a request sent before the run began, delayed, does not end it)
 		}
 		return rampupLeft, false
-	case ans.status == http.StatusTooManyRequests:
+	case ans.limitStatus:
 		r.run = 0 // a rate limit: never an outage
 		return rampupLeft, false
 	}
