@@ -422,7 +422,7 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
 	s.backoffJitter = s.lim.GapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
-	s.robotsStart = false                                   // this start is the previous one now
+	s.robotsStart = false                           // this start is the previous one now
 	s.lim.Gap = s.gap(s.effDelay)
 }
 
