@@ -32,27 +32,28 @@ func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Pe
 // (observers.go) hear of it before and after.
 func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
 	if !m.obs.acquire {
-		return m.acquireNow(ctx, req, notBefore)
+		return m.acquireOrWait(ctx, req, notBefore)
 	}
 	called := m.clock.Now()
 	m.beforeAdmit(called)
-	p, err := m.acquireNow(ctx, req, notBefore)
+	p, err := m.acquireOrWait(ctx, req, notBefore)
 	if err == nil {
 		m.admitted(p, called)
 	}
 	return p, err
 }
 
-// acquireNow is acquire without the observers.
-func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+// acquireOrWait is acquire without the observers: it admits the request
+// at once or waits its turn (it blocks).
+func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
 	now := m.clock.Now()
 	robotsFetch := false
-	if m.robots != nil && req != nil {
+	if m.robotsTxt != nil && req != nil {
 		var err error
-		if robotsFetch, now, err = m.robots.before(ctx, req, now); err != nil {
+		if robotsFetch, now, err = m.robotsTxt.before(ctx, req, now); err != nil {
 			return nil, err
 		}
 	}
@@ -60,7 +61,7 @@ func (m *ThrottlingManager) acquireNow(ctx context.Context, req *http.Request, n
 	if err != nil {
 		return nil, err
 	}
-	p.robots = robotsFetch
+	p.robotsFetch = robotsFetch
 	if m.shared != nil && m.useStore(now) {
 		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
 			return p, err
@@ -355,7 +356,7 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 
 // start records the start in every scope of p.
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
-	if p.robots {
+	if p.robotsFetch {
 		m.startRobots(p, now)
 		return
 	}

@@ -33,7 +33,7 @@ func (m *ThrottlingManager) hookAdmitted(p *Permit, called time.Time) {
 		}
 	}()
 	m.cfg.Hooks.Admitted(hooks.Admitted{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
-		URL: p.url(), Context: p.context(), Robots: p.robots})
+		URL: p.url(), Context: p.context(), Robots: p.robotsFetch})
 	ok = true
 }
 
@@ -45,7 +45,7 @@ func (m *ThrottlingManager) hookReleased(p *Permit, fb Feedback, ev hookEvents) 
 	m.fire(&ev, &ps)
 	if h := m.cfg.Hooks.Released; h != nil {
 		ps.call(func() {
-			h(hooks.Released{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robots})
+			h(hooks.Released{Scopes: p.Scopes(), Status: fb.Status, Err: fb.Err, Latency: fb.Latency, URL: p.url(), Context: p.context(), Robots: p.robotsFetch})
 		})
 	}
 	ps.raise()

@@ -441,10 +441,10 @@ func TestHostileRobotsNeverEnds(t *testing.T) {
 				assert.NotEqual(t, ReasonRobots, why, "the Crawl-delay of an unfinished file does not count")
 				assert.Equal(t, ReasonBackoff, why, "the timeout is a backoff signal")
 				assert.LessOrEqual(t, second-first, d+d/10, "then throttled as any host in backoff")
-				m.robots.mu.RLock()
-				e := m.robots.origins[origin{host: "endless.test"}]
+				m.robotsTxt.mu.RLock()
+				e := m.robotsTxt.origins[origin{host: "endless.test"}]
 				retry := e.expires.Sub(t0)
-				m.robots.mu.RUnlock()
+				m.robotsTxt.mu.RUnlock()
 				assert.Equal(t, timeout+robotsFailureRetry, retry, "retried a minute after the failure")
 			})
 		})
@@ -570,14 +570,14 @@ func TestHostileLinkFarmRobotsBudget(t *testing.T) {
 		peak := int64(0)
 		for i := range 40 {
 			getBody(t, client, fmt.Sprintf("http://farm%d.test/page", i))
-			m.robots.mu.RLock()
-			peak = max(peak, m.robots.bytes)
-			m.robots.mu.RUnlock()
+			m.robotsTxt.mu.RLock()
+			peak = max(peak, m.robotsTxt.bytes)
+			m.robotsTxt.mu.RUnlock()
 		}
 		grown := int64(liveHeap()) - int64(before)
-		m.robots.mu.RLock()
-		n := len(m.robots.origins)
-		m.robots.mu.RUnlock()
+		m.robotsTxt.mu.RLock()
+		n := len(m.robotsTxt.origins)
+		m.robotsTxt.mu.RUnlock()
 		t.Logf("40 origins with %d B robots.txt files: %d cached, %.1f MB estimated at most (budget %d MB), live heap +%.1f MB",
 			len(body), n, float64(peak)/1e6, budget>>20, float64(grown)/1e6)
 		require.LessOrEqual(t, peak, int64(budget))

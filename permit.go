@@ -21,14 +21,14 @@ import (
 // Acquire, TryAcquire and a ReadyQueue. Release and ReleaseFeedback on a
 // nil *Permit do nothing.
 type Permit struct {
-	m        *ThrottlingManager
-	scopes   []held
-	one      [1]held
-	acquired time.Time
-	released atomic.Bool
-	noAdjust bool
-	robots   bool          // a robots.txt fetch of the manager's (robotsfetch.go)
-	req      *http.Request // the request, for the hooks (its URL and context)
+	m           *ThrottlingManager
+	scopes      []held
+	one         [1]held
+	acquired    time.Time
+	released    atomic.Bool
+	noAdjust    bool
+	robotsFetch bool          // a robots.txt fetch of the manager's (robotsfetch.go)
+	req         *http.Request // the request, for the hooks (its URL and context)
 
 	// ext holds what only a Store or MaxHold needs, so a plain Permit
 	// stays small (it is the one allocation of an Acquire).
@@ -190,7 +190,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 			before, _ = snapOf(h.s)
 		}
 		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
-			if p.robots {
+			if p.robotsFetch {
 				d.finishRobots(now, h.ticket, fb)
 			} else {
 				d.Finish(now, h.ticket, fb)
@@ -205,12 +205,12 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		}
 		h.s.lastUsed = now.UnixNano()
 		signal := signalOf(h.s, fb)
-		h.s.counts.finished(now, fb, signal, p.robots)
-		if h.s.counts.requests == m.obs.settledAfter && !p.robots {
+		h.s.counts.finished(now, fb, signal, p.robotsFetch)
+		if h.s.counts.requests == m.obs.settledAfter && !p.robotsFetch {
 			m.settled(h.s) // observers.go
 		}
 		if watch {
-			ev.observe(h.s, before, fb, signal, p.robots)
+			ev.observe(h.s, before, fb, signal, p.robotsFetch)
 		}
 		wakeNeeding(h.s, h.s.queue.head)
 		h.s.mu.Unlock()

@@ -141,8 +141,8 @@ type ReadyQueue struct {
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
 	closed      bool
 
-	// robots.txt (robots nil: handling off): see robotsHeld.
-	robots       *robotsCache
+	// robots.txt (robotsTxt nil: handling off): see robotsHeld.
+	robotsTxt    *robotsCache
 	robotsMax    int                    // fetches the queue may run at once
 	robotsOwn    int                    // fetches it started that have not ended
 	robotsMine   map[origin]bool        // their origins
@@ -157,7 +157,7 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		single:      make(map[string]*setQueue),
 		multi:       make(map[string]*setQueue),
 		parkedMulti: make(map[string]map[*setQueue]struct{}),
-		robots:      m.robots,
+		robotsTxt:   m.robotsTxt,
 		robotsMax:   max(1, m.cfg.GlobalConcurrency/2),
 		robotsMine:  make(map[origin]bool),
 		robotsWait:  make(map[origin][]*setQueue),
@@ -401,13 +401,13 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			q.removeHead(g, now)
 			return req, nil, time.Time{}, err
 		}
-		if q.robots != nil {
+		if q.robotsTxt != nil {
 			if q.robotsHeld(g, now) {
 				heap.Pop(&q.ready)
 				continue
 			}
-			if q.robots.cfg.Enforce {
-				if err := q.robots.enforce(req); err != nil {
+			if q.robotsTxt.cfg.Enforce {
+				if err := q.robotsTxt.enforce(req); err != nil {
 					q.removeHead(g, now)
 					return req, nil, time.Time{}, err
 				}
@@ -697,7 +697,7 @@ func (q *ReadyQueue) robotsHeld(g *setQueue, now time.Time) bool {
 		g.state = setRobots
 		return true
 	}
-	switch q.robots.watch(req.Context(), req, now, func() { q.robotsFetched(key) }, q.robotsOwn < q.robotsMax) {
+	switch q.robotsTxt.watch(req.Context(), req, now, func() { q.robotsFetched(key) }, q.robotsOwn < q.robotsMax) {
 	case robotsFresh:
 		return false
 	case robotsStarted:

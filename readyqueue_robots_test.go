@@ -83,7 +83,7 @@ func (s *hostsSite) saw() []string {
 func robotsQueue(t *testing.T, site http.RoundTripper, mutate func(*Config)) (*ThrottlingManager, *ReadyQueue) {
 	t.Helper()
 	m := robotsManager(t, mutate)
-	m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+	m.robotsTxt.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
 	return m, NewReadyQueue(m)
 }
 
@@ -118,7 +118,7 @@ func TestReadyQueueRobotsOverLoopback(t *testing.T) {
 	cfg.Hooks = log.hooks()
 	m, err := New(cfg)
 	require.NoError(t, err)
-	m.robots.client = &http.Client{Transport: m.Transport(site.base), CheckRedirect: limitRedirects}
+	m.robotsTxt.client = &http.Client{Transport: m.Transport(site.base), CheckRedirect: limitRedirects}
 	q := NewReadyQueue(m)
 	client := &http.Client{Transport: site.base}
 

@@ -53,12 +53,12 @@ type scope struct {
 	lastUsed int64 // Unix ns: 8 bytes, where a time.Time takes 24 (a scope a host)
 	explicit bool
 	dead     bool // forgotten for idleness; look it up again
-	// robots counts the manager's robots.txt fetches started in the
+	// robotsFetches counts the manager's robots.txt fetches started in the
 	// scope, apart from counts (in the bools' word: the scope stays 144
 	// bytes, its allocation class).
-	robots uint32
-	counts scopeCounts
-	guard  *guarded // a custom ScopeManager's panic guard; nil for the default one
+	robotsFetches uint32
+	counts        scopeCounts
+	guard         *guarded // a custom ScopeManager's panic guard; nil for the default one
 }
 
 func (m *ThrottlingManager) shardOf(key string) *shard {
@@ -207,9 +207,9 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 		s.guard = &guarded{ScopeManager: s.mgr}
 		m.guarded.Store(true)
 	}
-	if m.robots != nil {
-		if d := m.robots.hostDelay(key); d > 0 {
-			m.robots.apply(s, d, &cfg)() // not shared yet: no lock needed
+	if m.robotsTxt != nil {
+		if d := m.robotsTxt.hostDelay(key); d > 0 {
+			m.robotsTxt.apply(s, d, &cfg)() // not shared yet: no lock needed
 		}
 	}
 	return s, nil

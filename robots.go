@@ -230,7 +230,7 @@ func (c *robotsCache) enforce(req *http.Request) error {
 // one pass over at most RobotsConfig.MaxOrigins entries.
 func (m *ThrottlingManager) robotsStats(rs *RobotsStats) {
 	*rs = RobotsStats{}
-	c := m.robots
+	c := m.robotsTxt
 	if c == nil {
 		return
 	}

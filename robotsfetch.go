@@ -621,20 +621,20 @@ func (c *robotsCache) evictLocked(keep *robotsEntry, room int) {
 // fetch goes on for the other callers). Under RobotsConfig.Enforce,
 // Acquire and the Transport refuse what this answer disallows.
 func (m *ThrottlingManager) RobotsFor(ctx context.Context, req *http.Request) (*robots.Robots, error) {
-	if m.robots == nil {
+	if m.robotsTxt == nil {
 		return nil, errors.New("throttle: robots.txt handling is off (Config.Robots.Enabled)")
 	}
 	if req == nil || req.URL == nil {
 		return nil, ErrNoHost
 	}
-	m.robots.ensure(ctx, req, m.clock.Now())
+	m.robotsTxt.ensure(ctx, req, m.clock.Now())
 	key, ok := originOf(req)
 	if !ok {
 		return nil, nil
 	}
-	m.robots.mu.RLock()
-	defer m.robots.mu.RUnlock()
-	e := m.robots.origins[key]
+	m.robotsTxt.mu.RLock()
+	defer m.robotsTxt.mu.RUnlock()
+	e := m.robotsTxt.origins[key]
 	if e != nil && e.ready {
 		if e.failures > 0 && e.robots == nil {
 			// RFC 9309 2.3.1.4: unreachable (a server or network error)

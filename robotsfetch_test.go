@@ -161,7 +161,7 @@ func TestRobotsFetchedThroughTheRequestsTransport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b, c := &robotsSite{}, &robotsSite{}, &robotsSite{}
 		m := robotsManager(t, nil)
-		m.robots.client = &http.Client{Transport: m.Transport(c), CheckRedirect: limitRedirects}
+		m.robotsTxt.client = &http.Client{Transport: m.Transport(c), CheckRedirect: limitRedirects}
 		fetchPage(t, &http.Client{Transport: m.Transport(a)}, "http://a.example/", "")
 		fetchPage(t, &http.Client{Transport: m.Transport(b)}, "http://b.example/", "")
 		p, err := m.Acquire(context.Background(), get(t, "http://c.example/"))
@@ -261,9 +261,9 @@ func TestRobotsFailuresAndRetries(t *testing.T) {
 		client5 := &http.Client{Transport: m5.Transport(site5)}
 		key := origin{host: "a.example"}
 		expiry := func() (time.Duration, int) {
-			m5.robots.mu.RLock()
-			defer m5.robots.mu.RUnlock()
-			e := m5.robots.origins[key]
+			m5.robotsTxt.mu.RLock()
+			defer m5.robotsTxt.mu.RUnlock()
+			e := m5.robotsTxt.origins[key]
 			return time.Until(e.expires), e.failures
 		}
 		fetchPage(t, client5, "http://a.example/", "")
@@ -431,7 +431,7 @@ func TestRobotsCancelledCallerDuringFetch(t *testing.T) {
 				m := robotsManager(t, nil)
 				// Acquire's callers fetch with the default client, over
 				// http.DefaultTransport: send its fetches to the fake site.
-				m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+				m.robotsTxt.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
 				client := &http.Client{Transport: m.Transport(site)}
 				t0 := time.Now()
 				// do sends one request of the host and returns when it
@@ -576,7 +576,7 @@ func TestRobotsForCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		site := &robotsSite{robotsTxt: "User-agent: *\nDisallow: /private\n", latency: 2 * time.Second}
 		m := robotsManager(t, nil)
-		m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+		m.robotsTxt.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		r, err := m.RobotsFor(ctx, get(t, "http://a.example/"))

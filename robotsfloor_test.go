@@ -133,7 +133,7 @@ func TestRobotsDelayIsAFloor(t *testing.T) {
 						}
 						m, err := New(cfg)
 						require.NoError(t, err)
-						m.robots.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
+						m.robotsTxt.client = &http.Client{Transport: m.Transport(site), CheckRedirect: limitRedirects}
 						crawl(t, m, site, n)
 
 						gaps := site.gaps()

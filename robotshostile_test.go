@@ -74,7 +74,7 @@ func TestHostileRobotsRefetchKeepsTheBudget(t *testing.T) {
 		fetchPage(t, client, "http://c.example/", "")
 		fetchPage(t, client, "http://b.example/again", "")
 		assert.Equal(t, 1, site.fetchesOf("b.example"), "b's rules were kept: the budget has room for them")
-		counted, sum := robotsBytes(m.robots)
+		counted, sum := robotsBytes(m.robotsTxt)
 		assert.Equal(t, sum, counted, "the budget counts each cached file once")
 		assert.Equal(t, 3*size, counted)
 	})
@@ -195,7 +195,7 @@ func TestHostileRobotsManyGroupsBadUTF8(t *testing.T) {
 		d, why, _ := m.scopeDelay(t, "groups.example")
 		assert.Equal(t, ReasonRobots, why)
 		assert.Equal(t, 3*time.Second, d)
-		counted, sum := robotsBytes(m.robots)
+		counted, sum := robotsBytes(m.robotsTxt)
 		assert.Equal(t, sum, counted)
 		assert.Equal(t, robots.ParseBytes([]byte(txt)).HeapSize(), counted)
 		t.Logf("%d B of robots.txt, %d groups: %d B cached", len(txt), strings.Count(txt, "User-agent"), counted)
@@ -268,7 +268,7 @@ func TestHostileRobotsManyOrigins(t *testing.T) {
 		})
 		client := &http.Client{Transport: m.Transport(site)}
 		workers(n, n, func(i int) { fetchPage(t, client, fmt.Sprintf("http://h%03d.example/", i), "") })
-		c := m.robots
+		c := m.robotsTxt
 		c.mu.RLock()
 		origins, hosts := len(c.origins), len(c.hosts)
 		c.mu.RUnlock()
@@ -298,7 +298,7 @@ func BenchmarkRobotsCacheNewOrigin(b *testing.B) {
 			cfg.Robots.MaxOrigins = size
 			m, err := New(cfg)
 			require.NoError(b, err)
-			c := m.robots
+			c := m.robotsTxt
 			now := time.Unix(1e9, 0)
 			add := func(i int) {
 				h := fmt.Sprintf("h%d.example", i)

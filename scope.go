@@ -174,11 +174,11 @@ type defaultScope struct {
 	robotsStart bool
 
 	// learned state, one part a file
-	robots  time.Duration // robots.txt delay (0: none)
-	auto    autoThrottle
-	backoff backoff
-	quota   spentQuota
-	rampup  *rampup // nil while rampup is off: most scopes never use it
+	robotsDelay time.Duration // robots.txt delay (0: none)
+	auto        autoThrottle
+	backoff     backoff
+	quota       spentQuota
+	rampup      *rampup // nil while rampup is off: most scopes never use it
 
 	shared *sharedRecord // with a Store: the learned state it holds; nil without
 }
@@ -212,7 +212,7 @@ func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
 // that fetch a start for it: the next request waits the delay after the
 // fetch started, as a Crawl-delay asks.
 func (s *defaultScope) SetRobotsDelay(d time.Duration) {
-	s.robots = d
+	s.robotsDelay = d
 	s.refresh()
 	if d > 0 && !s.cfg.IgnoreRobotsTxt {
 		s.robotsCounts()
@@ -331,8 +331,8 @@ func (s *defaultScope) ownDelay() (time.Duration, Reason) {
 	if rd, ok := s.rampup.delay(&s.cfg); ok {
 		d, why = rd, ReasonRampup
 	}
-	if s.robots > d && !s.cfg.IgnoreRobotsTxt {
-		d, why = s.robots, ReasonRobots
+	if s.robotsDelay > d && !s.cfg.IgnoreRobotsTxt {
+		d, why = s.robotsDelay, ReasonRobots
 	}
 	if a := s.auto.current(&s.cfg); a > d {
 		d, why = a, ReasonAutoThrottle
@@ -366,7 +366,7 @@ func (s *defaultScope) robotsFloor() time.Duration {
 	if s.cfg.IgnoreRobotsTxt {
 		return 0
 	}
-	return s.robots
+	return s.robotsDelay
 }
 
 func (s *defaultScope) combineConcurrency() int {
@@ -374,7 +374,7 @@ func (s *defaultScope) combineConcurrency() int {
 	if rc, ok := s.rampup.concurrency(&s.cfg, s.globalCap); ok {
 		c = rc
 	}
-	if s.robots > 0 && !s.cfg.IgnoreRobotsTxt {
+	if s.robotsDelay > 0 && !s.cfg.IgnoreRobotsTxt {
 		c = 1
 	}
 	if b := s.backoff.concurrency; b > 0 && b < c {
@@ -573,7 +573,7 @@ func (s *defaultScope) Idle(now time.Time) Idleness {
 			return Busy
 		}
 	}
-	if s.auto.learned(&s.cfg) || s.backoff.learned() || s.rampup.learned() || s.robots > 0 {
+	if s.auto.learned(&s.cfg) || s.backoff.learned() || s.rampup.learned() || s.robotsDelay > 0 {
 		return IdleLearned
 	}
 	return IdleEmpty

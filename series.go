@@ -145,7 +145,7 @@ func (m *ThrottlingManager) RecordSeries() {
 // time it came: when p's request started, plus its latency. No clock is
 // read: the start is in p.
 func (m *ThrottlingManager) recordSeries(p *Permit, fb Feedback, _ hookEvents) {
-	if p.robots {
+	if p.robotsFetch {
 		return // not in Counts either
 	}
 	at := p.acquired

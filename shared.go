@@ -222,7 +222,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 		if ans.Admitted && i < len(ans.Tickets) {
 			t := ans.Tickets[i]
 			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, Window: t.Window, Start: ans.Now}
-			h.s.started(p.robots)
+			h.s.started(p.robotsFetch)
 		}
 	}
 	why := ans.Reason // (store.Reason is Reason)
@@ -419,9 +419,9 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		h.s.policy().sharedLearn(now, h.ticket, fb, rs, true)
 		h.s.lastUsed = local.UnixNano()
 		signal := signalOf(h.s, fb)
-		h.s.counts.finished(now, fb, signal, p.robots)
+		h.s.counts.finished(now, fb, signal, p.robotsFetch)
 		if watch {
-			ev.observe(h.s, before, fb, signal, p.robots)
+			ev.observe(h.s, before, fb, signal, p.robotsFetch)
 		}
 		h.s.mu.Unlock()
 	}

@@ -140,7 +140,7 @@ type RobotsStats struct {
 type scopeCounts struct {
 	inFlight  int32
 	peak      int32  // most permits held at once
-	requests  uint32 // robots.txt fetches excluded (scope.robots), as in responses and signals
+	requests  uint32 // robots.txt fetches excluded (scope.robotsFetches), as in responses and signals
 	signals   uint32
 	responses [6]uint32
 	latency   time.Duration // the last one
@@ -148,13 +148,13 @@ type scopeCounts struct {
 }
 
 // started counts a start of s; robots: a robots.txt fetch of the
-// manager's, counted in s.robots instead of the requests.
+// manager's, counted in s.robotsFetches instead of the requests.
 func (s *scope) started(robots bool) {
 	c := &s.counts
 	c.inFlight++
 	c.peak = max(c.peak, c.inFlight)
 	if robots {
-		s.robots++
+		s.robotsFetches++
 	} else {
 		c.requests++
 	}
@@ -193,7 +193,7 @@ func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal, robots bool)
 // countsNow returns s's counts (s locked).
 func (s *scope) countsNow() Counts {
 	c := &s.counts
-	out := Counts{Requests: uint64(c.requests), Signals: uint64(c.signals), Robots: uint64(s.robots)}
+	out := Counts{Requests: uint64(c.requests), Signals: uint64(c.signals), Robots: uint64(s.robotsFetches)}
 	for i, n := range c.responses {
 		out.Responses[i] = uint64(n)
 	}

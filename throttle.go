@@ -29,14 +29,14 @@ type ThrottlingManager struct {
 	cfgMu sync.RWMutex // guards cfg.Scopes against SetScopeConfig
 	// patterns are cfg.Scopes' glob keys, the most specific first (see
 	// scopePatterns); guarded by cfgMu.
-	patterns []string
-	seed     maphash.Seed
-	shards   [numShards]shard
-	global   globalGate
-	waiting  atomic.Int64
-	warned   atomic.Bool
-	robots   *robotsCache // nil when robots.txt handling is off
-	shared   *shared      // nil without Config.Store
+	patterns  []string
+	seed      maphash.Seed
+	shards    [numShards]shard
+	global    globalGate
+	waiting   atomic.Int64
+	warned    atomic.Bool
+	robotsTxt *robotsCache // nil when robots.txt handling is off
+	shared    *shared      // nil without Config.Store
 
 	guarded           atomic.Bool // some scope has a custom, guarded ScopeManager
 	customFeedback    bool        // Config.Feedback is the user's: guard it
@@ -106,7 +106,7 @@ func New(cfg Config) (*ThrottlingManager, error) {
 		m.shards[i].m = make(map[string]*scope)
 	}
 	if cfg.Robots.Enabled {
-		m.robots = newRobotsCache(m, cfg.Robots)
+		m.robotsTxt = newRobotsCache(m, cfg.Robots)
 	}
 	if cfg.Store != nil {
 		m.shared = newShared(cfg.Store)

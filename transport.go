@@ -131,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // Transport; that context shares the latencyTrace's allocation. The
 // request is sent with its own context.
 func (t *Transport) admission(ctx context.Context) (context.Context, *latencyTrace) {
-	if !t.m.robots.fetchesVia() {
+	if !t.m.robotsTxt.fetchesVia() {
 		return ctx, new(latencyTrace)
 	}
 	rt := &struct {
