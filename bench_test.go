@@ -289,3 +289,35 @@ func BenchmarkStats(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/snapshot")
 }
+
+// BenchmarkBaselineClient: an http.Client on an in-memory RoundTripper,
+// body closed: the floor BenchmarkClientTransport is measured against.
+func BenchmarkBaselineClient(b *testing.B) {
+	benchClient(b, func(rt http.RoundTripper) http.RoundTripper { return rt })
+}
+
+// BenchmarkClientTransport: the same client with the throttle's Transport
+// around the RoundTripper: what a crawler that wraps its client pays.
+func BenchmarkClientTransport(b *testing.B) {
+	m, err := New(benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchClient(b, func(rt http.RoundTripper) http.RoundTripper { return m.Transport(rt) })
+}
+
+func benchClient(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
+	body := http.NoBody
+	c := &http.Client{Transport: wrap(fakeRT(func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: body, Request: req}, nil
+	}))}
+	req := benchRequests(b, 1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}

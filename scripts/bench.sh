@@ -39,3 +39,10 @@ END { printf "ReadyQueue at 20,000 hosts, mean over %d runs: push %.0f ns, pop %
 echo
 # DESIGN rule 12 at a million hosts: the test logs its figures.
 go test -count=1 -run='^TestMemoryMillionHosts$' -v . | grep -E 'live heap|^--- '
+echo
+# Instructions per operation (callgrind), when valgrind is installed.
+if command -v valgrind >/dev/null; then
+	bash scripts/instructions.sh
+else
+	echo "valgrind is not installed: scripts/instructions.sh (instructions per operation) skipped"
+fi

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions per operation of the hot paths, counted by valgrind's
+# callgrind (garbage collection included), each next to its baseline:
+#   AcquireRelease   Acquire+Release on one scope    vs BaselineRateLimiterMap
+#   ClientTransport  http.Client.Do through Transport vs BaselineClient
+# Each figure is the difference of two runs of the benchmark binary, at
+# -test.benchtime N1x and N2x, over N2-N1: what the two runs share (start-up,
+# the benchmark's set-up, the first b.N=1 round) cancels out. GOMAXPROCS=1
+# and no asynchronous preemption keep the runs comparable.
+# Usage: scripts/instructions.sh (needs valgrind; about a minute).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt-get install valgrind)" >&2; exit 1; }
+bin=$(mktemp -d)/bench.test
+trap 'rm -rf "$(dirname "$bin")"' EXIT
+go test -c -o "$bin" .
+n1=20000
+n2=120000
+count() { # count BENCH N: instructions of one run
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+		"$bin" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$2x" 2>&1 >/dev/null |
+		awk '/Collected :/ { print $NF }'
+}
+per() { # per BENCH: instructions per operation
+	local a b
+	a=$(count "$1" $n1)
+	b=$(count "$1" $n2)
+	echo $(((b - a) / (n2 - n1)))
+}
+ar=$(per BenchmarkAcquireRelease)
+rl=$(per BenchmarkBaselineRateLimiterMap)
+ct=$(per BenchmarkClientTransport)
+bc=$(per BenchmarkBaselineClient)
+printf 'instructions per operation (callgrind, GC included):\n'
+printf '  %-34s %6d\n' "Acquire+Release, one scope" "$ar" "rate.Limiter map (baseline)" "$rl" \
+	"Client.Do through Transport" "$ct" "Client.Do, bare (baseline)" "$bc"
+awk -v a="$ar" -v b="$rl" 'BEGIN { printf "Acquire+Release / rate.Limiter map: %.2fx\n", a / b }'
+printf 'Transport over a bare client: +%d instructions a request\n' $((ct - bc))
