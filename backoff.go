@@ -213,12 +213,12 @@ func (b *backoff) isSignalStatus(cfg *ScopeConfig, status int) bool {
 }
 
 // gateFor returns the server gate fb sets on the scope key at now, if
-// any: a server-given wait (Retry-After, a RateLimit reset) that comes
-// with a backoff signal, or with a success that says the quota is spent
-// (spent: fb.Exhausted, unless the scope learned that its quota slides,
-// see spentQuota) — gates says it is either — capped at MaxDelay. The
-// gate holds every start of the scope until it passes, on top of
-// whatever the signal does to the delay.
+// any: a server-given wait (Retry-After, a RateLimit reset), capped at
+// MaxDelay, when gates says the answer may gate (it is a backoff signal,
+// or a success that says the quota is spent: fb.Exhausted, unless the
+// scope learned that its quota slides, see spentQuota). The gate holds
+// every start of the scope until it passes, on top of whatever the
+// signal does to the delay.
 func (b *backoff) gateFor(now time.Time, cfg *ScopeConfig, key string, fb *Feedback, gates bool) (time.Time, bool) {
 	if fb.HasWait && fb.appliesTo(key) && gates {
 		return now.Add(min(fb.Wait, cfg.Backoff.MaxDelay)), true
