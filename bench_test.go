@@ -174,19 +174,7 @@ func BenchmarkTransport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := http.NoBody
-	rt := m.Transport(fakeRT(func(req *http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: body, Request: req}, nil
-	}))
-	req := benchRequests(b, 1)[0]
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		resp.Body.Close()
-	}
+	benchRoundTrips(b, m.Transport(okRT()).RoundTrip)
 }
 
 // BenchmarkTryAcquireBusy: a scope that says "not yet".
@@ -307,14 +295,22 @@ func BenchmarkClientTransport(b *testing.B) {
 }
 
 func benchClient(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
-	body := http.NoBody
-	c := &http.Client{Transport: wrap(fakeRT(func(req *http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: body, Request: req}, nil
-	}))}
+	benchRoundTrips(b, (&http.Client{Transport: wrap(okRT())}).Do)
+}
+
+// okRT is an in-memory RoundTripper that answers 200 with no body.
+func okRT() http.RoundTripper {
+	return fakeRT(func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	})
+}
+
+// benchRoundTrips times do on one request, its body closed each time.
+func benchRoundTrips(b *testing.B, do func(*http.Request) (*http.Response, error)) {
 	req := benchRequests(b, 1)[0]
 	b.ReportAllocs()
 	for b.Loop() {
-		resp, err := c.Do(req)
+		resp, err := do(req)
 		if err != nil {
 			b.Fatal(err)
 		}

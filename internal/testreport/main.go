@@ -548,8 +548,11 @@ func foldRepeats(lines []string) []string {
 	var out []string
 	for i := 0; i < len(lines); {
 		j := i + 1
-		for j < len(lines) && lines[i] != "" && shape(lines[j]) == shape(lines[i]) {
-			j++
+		if lines[i] != "" {
+			si := shape(lines[i])
+			for j < len(lines) && shape(lines[j]) == si {
+				j++
+			}
 		}
 		out = append(out, lines[i])
 		if n := j - i - 1; n > 0 {
