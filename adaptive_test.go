@@ -245,7 +245,7 @@ func TestAutoThrottleFollowsSlowServer(t *testing.T) {
 		crawl(t, m, srv, "http://slow.example/", 8, t0.Add(20*time.Minute))
 		s := m.mustScope(t, "slow.example")
 		s.mu.Lock()
-		d, _ := s.mgr.(*defaultScope).delay()
+		d, _ := s.pol.(*defaultScope).delay()
 		s.mu.Unlock()
 		meanInFlight := srv.flyArea / 20 / 60
 		t.Logf("AutoThrottle delay %v, mean in flight %.2f", d, meanInFlight)

@@ -292,7 +292,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	}
 	blocked := false
 	for i := range hs {
-		a := hs[i].s.admit(now, hs[i].cost)
+		a := hs[i].s.pol.admit(now, hs[i].cost)
 		switch {
 		case a.Reason == ReasonNone:
 		case a.At.IsZero():
@@ -354,38 +354,15 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 	}
 }
 
-// start records the start in every scope of p.
+// start records the start in every scope of p. The manager's robots.txt
+// fetch is counted apart: in a default scope it is no start for the delay
+// (defaultScope.startRobots).
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
-	if p.robotsFetch {
-		m.startRobots(p, now)
-		return
-	}
 	for i := range p.scopes {
 		h := &p.scopes[i]
-		if d, ok := h.s.mgr.(*defaultScope); ok {
-			d.start(&h.ticket, now, h.cost) // in place: see defaultScope.start
-		} else {
-			h.ticket = h.s.start(now, h.cost)
-		}
+		h.s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch) // in place: see defaultScope.start
 		h.s.lastUsed = now.UnixNano()
-		h.s.started(false)
-	}
-	p.acquired = now
-}
-
-// startRobots is start for the manager's robots.txt fetch: counted apart,
-// and, in a default scope, no start for the delay (defaultScope.startRobots).
-// A custom ScopeManager starts it as any request.
-func (m *ThrottlingManager) startRobots(p *Permit, now time.Time) {
-	for i := range p.scopes {
-		h := &p.scopes[i]
-		if d, ok := h.s.mgr.(*defaultScope); ok {
-			d.startRobots(&h.ticket, now, h.cost)
-		} else {
-			h.ticket = h.s.start(now, h.cost)
-		}
-		h.s.lastUsed = now.UnixNano()
-		h.s.started(true)
+		h.s.started(p.robotsFetch)
 	}
 	p.acquired = now
 }

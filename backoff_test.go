@@ -19,32 +19,32 @@ import (
 )
 
 // policy drives one default ScopeManager in explicit time.
-type policy struct {
+type policyRig struct {
 	t    *testing.T
 	s    *defaultScope
 	now  time.Time
 	next time.Time // paced: the next start
 }
 
-func newPolicy(t *testing.T, cfg ScopeConfig) *policy {
+func newPolicy(t *testing.T, cfg ScopeConfig) *policyRig {
 	require.NoError(t, cfg.validate("test"))
 	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16}).(*defaultScope)
-	return &policy{t: t, s: s, now: time.Unix(1_000_000, 0)}
+	return &policyRig{t: t, s: s, now: time.Unix(1_000_000, 0)}
 }
 
 // request starts a request now and finishes it after lat with fb.
-func (p *policy) request(lat time.Duration, fb Feedback) {
+func (p *policyRig) request(lat time.Duration, fb Feedback) {
 	tk := p.s.Start(p.now, 1)
 	p.now = p.now.Add(lat)
 	p.s.Finish(p.now, tk, &fb)
 }
 
-func (p *policy) delay() time.Duration { d, _ := p.s.delay(); return d }
+func (p *policyRig) delay() time.Duration { d, _ := p.s.delay(); return d }
 
-func (p *policy) advance(d time.Duration) { p.now = p.now.Add(d); p.s.tick(p.now) }
+func (p *policyRig) advance(d time.Duration) { p.now = p.now.Add(d); p.s.tick(p.now) }
 
 // quietWindow sends a request and lets a window pass without signals.
-func (p *policy) quietWindow() {
+func (p *policyRig) quietWindow() {
 	p.request(10*ms, ok)
 	p.advance(p.s.cfg.Window)
 }
@@ -210,12 +210,12 @@ func TestBackoffHeldBackRecoversNothing(t *testing.T) {
 	p.request(0, tooMany)
 	p.request(0, tooMany)
 	require.Equal(t, 4*time.Second, p.s.backoff.delay)
-	p.s.SetRobotsDelay(10 * time.Second)
+	p.s.setRobotsDelay(10 * time.Second)
 	for range 5 {
 		p.quietWindow()
 	}
 	assert.Equal(t, 4*time.Second, p.s.backoff.delay, "robots.txt paced every start: nothing proven")
-	p.s.SetRobotsDelay(0)
+	p.s.setRobotsDelay(0)
 	p.quietWindow()
 	p.quietWindow()
 	assert.Less(t, p.s.backoff.delay, 4*time.Second, "recovers once it paces the starts")
@@ -400,7 +400,7 @@ func TestDelayCombination(t *testing.T) {
 	p.request(0, Feedback{Status: 200, Latency: 1500 * ms}) // AutoThrottle: max(1.5, (0.5+1.5)/2)
 	assert.Equal(t, 1500*ms, p.delay())
 
-	p.s.SetRobotsDelay(2 * time.Second)
+	p.s.setRobotsDelay(2 * time.Second)
 	d, why = p.s.delay()
 	assert.Equal(t, 2*time.Second, d, "robots.txt's is larger")
 	assert.Equal(t, ReasonRobots, why)
@@ -419,7 +419,7 @@ func TestDelayCombination(t *testing.T) {
 	assert.Equal(t, ReasonGate, a.Reason)
 	assert.Equal(t, p.now.Add(2*time.Minute), a.At)
 
-	p.s.SetRobotsDelay(0)
+	p.s.setRobotsDelay(0)
 	assert.Equal(t, 4*time.Second, p.delay(), "backoff stays")
 	assert.Equal(t, 4, p.s.concurrency())
 }
@@ -511,7 +511,7 @@ func knownLimitConfig() ScopeConfig {
 // paceFor sends p's requests one at a time, each as soon as the scope
 // admits it, for d; each takes lat and is answered by serve. It returns
 // the start times.
-func (p *policy) paceFor(d, lat time.Duration, serve func(start time.Time) Feedback) []time.Time {
+func (p *policyRig) paceFor(d, lat time.Duration, serve func(start time.Time) Feedback) []time.Time {
 	end := p.now.Add(d)
 	var starts []time.Time
 	for {
@@ -686,7 +686,7 @@ func TestBackoffStormOnAFastScope(t *testing.T) {
 func TestBackoffIsolatedStepShared(t *testing.T) {
 	cfg := knownLimitConfig()
 	cfg.Jitter = Jitter{}
-	moved := func(p *policy) *policy {
+	moved := func(p *policyRig) *policyRig {
 		q := newPolicy(t, cfg)
 		q.now = p.now
 		st := p.s.exportLearned()

@@ -55,7 +55,7 @@ func TestCancelAtEveryStage(t *testing.T) {
 				s := m.mustScope(t, "a.example")
 				s.mu.Lock()
 				assert.Zero(t, s.queue.n, "the cancelled waiter left the queue")
-				assert.Zero(t, s.mgr.(*defaultScope).adm.InFlight)
+				assert.Zero(t, s.pol.(*defaultScope).adm.InFlight)
 				s.mu.Unlock()
 				assert.Zero(t, m.global.n.Load())
 				assert.Zero(t, m.global.pending.Load())

@@ -114,7 +114,7 @@ func (m *ThrottlingManager) evict(sh *shard, keep *scope, now time.Time, limit i
 // start, a slot delay, the end of a spent quota window). limit is the
 // shard's share of MaxScopes, which sizes the table.
 func (m *ThrottlingManager) record(ev *eviction, s *scope, now time.Time, limit int) {
-	a := s.admit(now, 1)
+	a := s.pol.admit(now, 1)
 	if a.Reason == ReasonNone || !a.At.After(now) {
 		return
 	}
@@ -122,26 +122,11 @@ func (m *ThrottlingManager) record(ev *eviction, s *scope, now time.Time, limit 
 }
 
 // restore holds s, new in sh (locked) and not yet shared, until the time
-// the record of its key says, if its key was evicted with a wait pending.
-// The default policy takes it as a server gate or as the gap after a
-// previous start, as it was; another ScopeManager is wrapped in one that
-// holds its starts until then.
+// the record of its key says, if its key was evicted with a wait pending:
+// a server gate, or the gap after a previous start, as it was.
 func (m *ThrottlingManager) restore(ev *eviction, s *scope, h uint64, now time.Time) {
-	at, gate, ok := ev.records.take(h, now)
-	if !ok {
-		return
-	}
-	if ds, ok := s.mgr.(*defaultScope); ok {
-		ds.holdUntil(now, at, gate)
-		return
-	}
-	hu := &heldUntil{ScopeManager: s.mgr, at: at, why: ReasonDelay}
-	if gate {
-		hu.why = ReasonGate
-	}
-	s.mgr = hu
-	if s.guard != nil {
-		s.guard.ScopeManager = hu
+	if at, gate, ok := ev.records.take(h, now); ok {
+		s.pol.holdUntil(now, at, gate)
 	}
 }
 
@@ -159,39 +144,6 @@ func (s *defaultScope) holdUntil(now, at time.Time, gate bool) {
 	s.lim.Gap = at.Sub(now)
 	if s.effDelay > 0 {
 		s.jitter = float64(s.lim.Gap) / float64(s.effDelay) // what a refresh keeps
-	}
-}
-
-// heldUntil is a ScopeManager other than the default one, re-created after
-// its scope was evicted with a wait pending: it admits nothing before at,
-// then is the ScopeManager it wraps.
-type heldUntil struct {
-	ScopeManager
-	at  time.Time
-	why Reason
-}
-
-// Admit implements ScopeManager.
-func (h *heldUntil) Admit(now time.Time, cost int64) Admission {
-	if now.Before(h.at) {
-		return Admission{At: h.at, Reason: h.why}
-	}
-	return h.ScopeManager.Admit(now, cost)
-}
-
-// Idle implements ScopeManager.
-func (h *heldUntil) Idle(now time.Time) Idleness {
-	if now.Before(h.at) {
-		return Busy
-	}
-	return h.ScopeManager.Idle(now)
-}
-
-// SetRobotsDelay passes a robots.txt delay on to the wrapped ScopeManager
-// if it takes one.
-func (h *heldUntil) SetRobotsDelay(d time.Duration) {
-	if rs, ok := h.ScopeManager.(robotsSetter); ok {
-		rs.SetRobotsDelay(d)
 	}
 }
 

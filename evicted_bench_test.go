@@ -59,7 +59,7 @@ func BenchmarkNewScope(b *testing.B) {
 					}
 					if mode == "evict-gated" {
 						s.mu.Lock()
-						s.mgr.(*defaultScope).setGate(now.Add(300 * time.Second))
+						s.pol.(*defaultScope).setGate(now.Add(300 * time.Second))
 						s.mu.Unlock()
 					}
 					if !fifo {

@@ -85,13 +85,9 @@ func (m *ThrottlingManager) Export(w io.Writer) error {
 		sh := &m.shards[i]
 		sh.mu.RLock()
 		for k, s := range sh.m {
-			ds, ok := s.mgr.(*defaultScope)
-			if !ok {
-				continue
-			}
 			s.mu.Lock()
-			if ds.learnedAnything() {
-				f.Scopes = append(f.Scopes, newExportScope(k, ds.exportLearned()))
+			if st, ok := s.pol.learned(); ok {
+				f.Scopes = append(f.Scopes, newExportScope(k, st))
 			}
 			s.mu.Unlock()
 		}
@@ -110,10 +106,20 @@ func (m *ThrottlingManager) Export(w io.Writer) error {
 	return bw.Flush()
 }
 
-// learnedAnything reports whether the scope holds learned state worth
-// saving.
-func (s *defaultScope) learnedAnything() bool {
-	return s.auto.learned(&s.cfg) || s.backoff.learned() || s.rampup.learned()
+// learned returns the scope's learned state, and false when it holds
+// none worth saving.
+func (s *defaultScope) learned() (learnedState, bool) {
+	if !s.auto.learned(&s.cfg) && !s.backoff.learned() && !s.rampup.learned() {
+		return learnedState{}, false
+	}
+	return s.exportLearned(), true
+}
+
+// restore puts an imported learned state in place. readExport checked
+// it: importLearned cannot fail.
+func (s *defaultScope) restore(st *learnedState) bool {
+	_ = s.importLearned(st)
+	return true
 }
 
 // Import reads what Export wrote and gives each scope its learned state,
@@ -191,9 +197,7 @@ func (m *ThrottlingManager) Import(r io.Reader) (int, error) {
 			}
 			scopes[i] = s
 		}
-		if ds, ok := s.mgr.(*defaultScope); ok {
-			// readExport checked the state: importLearned cannot fail.
-			_ = ds.importLearned(&f.Scopes[i].State)
+		if s.pol.restore(&f.Scopes[i].State) {
 			s.lastUsed = now.UnixNano()
 			wakeNeeding(s, s.queue.head)
 			n++

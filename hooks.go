@@ -84,24 +84,11 @@ func protect(f func()) (v any, panicked bool) {
 	return nil, false
 }
 
-// policySnap is what the release hooks compare before and after Finish.
-type policySnap struct {
-	delay   time.Duration
-	why     Reason
-	conc    int
-	gate    time.Time
-	backoff time.Duration
-	outage  bool
-}
-
-func snapOf(s *scope) (policySnap, bool) {
-	ds, ok := s.mgr.(*defaultScope)
-	if !ok {
-		return policySnap{}, false
-	}
-	d, why := ds.delay()
-	return policySnap{delay: d, why: why, conc: ds.concurrency(), gate: ds.adm.Gate,
-		backoff: ds.backoff.delay, outage: ds.backoff.outage}, true
+// snap returns what the release hooks compare before and after end.
+func (s *defaultScope) snap() (policySnap, bool) {
+	d, why := s.delay()
+	return policySnap{delay: d, why: why, conc: s.concurrency(), gate: s.adm.Gate,
+		backoff: s.backoff.delay, outage: s.backoff.outage}, true
 }
 
 // hookEvents collects a release's events while locks are held, to call
@@ -114,7 +101,7 @@ type hookEvents struct {
 
 // observe compares a scope's policy before and after a response.
 func (ev *hookEvents) observe(s *scope, before policySnap, fb *Feedback, signal, robots bool) {
-	after, ok := snapOf(s)
+	after, ok := s.pol.snap()
 	if !ok {
 		return
 	}

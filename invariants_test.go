@@ -81,7 +81,7 @@ func TestInvariantsUnderLoad(t *testing.T) {
 			s := m.mustScope(t, h)
 			s.mu.Lock()
 			assert.Zero(t, s.queue.n)
-			assert.Zero(t, s.mgr.(*defaultScope).adm.InFlight)
+			assert.Zero(t, s.pol.(*defaultScope).adm.InFlight)
 			s.mu.Unlock()
 		}
 		t.Logf("admitted %d requests", admitted)
@@ -174,7 +174,7 @@ func TestInvariantsMultiScope(t *testing.T) {
 			s := m.mustScope(t, k)
 			s.mu.Lock()
 			assert.Zero(t, s.queue.n, k)
-			assert.Zero(t, s.mgr.(*defaultScope).adm.InFlight, k)
+			assert.Zero(t, s.pol.(*defaultScope).adm.InFlight, k)
 			s.mu.Unlock()
 		}
 	})

@@ -253,22 +253,8 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 	return nil
 }
 
-// sharedPolicy is what a ScopeManager must offer for its scope to live in a
-// Store: the limits to send with an admission, learning that reports what
-// the store must apply, and learned state in and out. The default policy
-// implements it.
-type sharedPolicy interface {
-	ScopeManager
-	sharedLimits(now time.Time, sc *store.Scope)
-	sharedLearn(now time.Time, t Ticket, fb *Feedback, out *store.ReleaseScope, first bool)
-	sharedImport(data []byte) error
-	sharedWhy(r Reason) Reason
-	// version and setVersion: the store's version of the learned state
-	// the policy holds (0: none yet).
-	version() int64
-	setVersion(v int64)
-}
-
+// version returns the store's version of the learned state the policy
+// holds (0: none yet); setVersion sets it.
 func (s *defaultScope) version() int64 {
 	if s.shared == nil {
 		return 0
@@ -314,7 +300,8 @@ func (s *defaultScope) sharedWhy(r Reason) Reason {
 // sharedLearn learns from fb like Finish, without the slot accounting the
 // store does, and fills out with what the store must apply: on the first
 // attempt the gate and quota corrections, and always the learned state.
-func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *store.ReleaseScope, first bool) {
+// It returns whether fb was a backoff signal for the scope.
+func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *store.ReleaseScope, first bool) (signal bool) {
 	s.tick(now)
 	if first {
 		out.QuotaFloor = -1
@@ -330,14 +317,15 @@ func (s *defaultScope) sharedLearn(now time.Time, t Ticket, fb *Feedback, out *s
 	d, _ := s.delay()
 	c := s.concurrency()
 	if r := s.shared; first && r != nil && st.same(&r.state) && d == r.delay && c == r.conc {
-		return // nothing new: most releases (compared as values, not encoded to compare)
+		return s.lastSignal // nothing new: most releases (compared as values, not encoded to compare)
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
-		return // cannot happen: plain values
+		return s.lastSignal // cannot happen: plain values
 	}
 	out.Learned, out.Data, out.Delay, out.Concurrency = true, data, d, c
 	s.shared = &sharedRecord{version: s.version(), data: data, state: st, delay: d, conc: c}
+	return s.lastSignal
 }
 
 // sharedRecord is the learned state last sent to or received from a Store:

@@ -39,7 +39,7 @@ func TestMultiScopeAllAtOnceNothingHeld(t *testing.T) {
 		// request passes it and takes b's only slot.
 		sb := m.mustScope(t, "b")
 		sb.mu.Lock()
-		assert.Equal(t, IdleEmpty, sb.mgr.Idle(time.Now()))
+		assert.Equal(t, IdleEmpty, sb.pol.idleness(time.Now()))
 		sb.mu.Unlock()
 		pb, adm, err := m.TryAcquire(get(t, "http://x.example/").WithContext(ctxB))
 		require.NoError(t, err)

@@ -135,7 +135,7 @@ func TestPaceNamesTheRuleThatBinds(t *testing.T) {
 			now := time.Unix(1_000_000, 0)
 			lat := time.Duration(0)
 			if c.name == "robots" {
-				s.SetRobotsDelay(4 * time.Second)
+				s.setRobotsDelay(4 * time.Second)
 				c.rate = 1 / 4.0 / 1.0 // ±50 % jitter keeps the mean
 			}
 			if c.fb != nil {

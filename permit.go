@@ -163,15 +163,13 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 	p.m.release(p, now, fb)
 }
 
-// release gives p's slots back and hands fb to each scope's Finish.
+// release gives p's slots back and hands fb to each scope's policy.
 //
-// fb stays on the caller's stack: the default ScopeManager is called
-// directly, and its Finish keeps no pointer to fb. A custom ScopeManager,
-// called through the interface, may keep it, so it gets a heap copy, made
-// once per release and passed to every later scope of p (default ones
-// too), so each scope sees what an earlier one changed. Keeping the
-// Feedback in the Permit instead would make the Permit 248 bytes, not 128:
-// that costs every Acquire more than the copy costs a custom policy.
+// fb stays on the caller's stack: each policy gets it by value (policy.go),
+// and a custom ScopeManager, which may keep a pointer, a heap copy, which
+// later scopes of p then get, so each sees what an earlier one changed.
+// Keeping the Feedback in the Permit instead would make the Permit
+// 248 bytes, not 128: that costs every Acquire more.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	m.releasing(p) // observers.go; the Store's path ends with afterRelease too
 	if e := p.ext; e != nil && e.shared {
@@ -181,30 +179,18 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	}
 	watch := m.obs.policy
 	var ev hookEvents
-	var shared *Feedback
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		h.s.mu.Lock()
 		var before policySnap
 		if watch {
-			before, _ = snapOf(h.s)
+			before, _ = h.s.pol.snap()
 		}
-		if d, ok := h.s.mgr.(*defaultScope); ok && shared == nil {
-			if p.robotsFetch {
-				d.finishRobots(now, h.ticket, fb)
-			} else {
-				d.Finish(now, h.ticket, fb)
-			}
-		} else {
-			if shared == nil {
-				shared = new(Feedback)
-				*shared = *fb
-				fb = shared // later scopes see what this one changed
-			}
-			h.s.finish(now, h.ticket, shared)
+		signal, changed := h.s.pol.end(now, h.ticket, *fb, p.robotsFetch)
+		if changed != nil {
+			fb = changed // later scopes see what a custom Finish changed
 		}
-		h.s.lastUsed = now.UnixNano()
-		signal := signalOf(h.s, fb)
+		h.s.lastUsed, h.s.signal = now.UnixNano(), signal
 		h.s.counts.finished(now, fb, signal, p.robotsFetch)
 		if h.s.counts.requests == m.obs.settledAfter && !p.robotsFetch {
 			m.settled(h.s) // observers.go

@@ -29,7 +29,7 @@ func TestReleaseIdempotent(t *testing.T) {
 		assert.Equal(t, int64(1), m.global.n.Load(), "a second Release frees nothing more")
 		s := m.mustScope(t, "a.example")
 		s.mu.Lock()
-		assert.Equal(t, int32(0), s.mgr.(*defaultScope).adm.InFlight)
+		assert.Equal(t, int32(0), s.pol.(*defaultScope).adm.InFlight)
 		s.mu.Unlock()
 		p2.Release(ok200, nil)
 		assert.Zero(t, m.global.n.Load())
@@ -60,7 +60,7 @@ func TestReleaseFeedbackCustomManager(t *testing.T) {
 		assert.Equal(t, []int{200}, seen)
 		b := m.mustScope(t, "b")
 		b.mu.Lock()
-		assert.Equal(t, cfg.Default.Backoff.MinDelay, b.mgr.(*defaultScope).backoff.delay, "b saw a's 503")
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, b.pol.(*defaultScope).backoff.delay, "b saw a's 503")
 		b.mu.Unlock()
 	})
 }
@@ -88,7 +88,7 @@ func TestReleaseCustomFeedbackFunc(t *testing.T) {
 		assert.Equal(t, m.clock.Now(), at)
 		s := m.mustScope(t, "a.example")
 		s.mu.Lock()
-		assert.Equal(t, cfg.Default.Backoff.MinDelay, s.mgr.(*defaultScope).backoff.delay, "the 429 reached the scope")
+		assert.Equal(t, cfg.Default.Backoff.MinDelay, s.pol.(*defaultScope).backoff.delay, "the 429 reached the scope")
 		s.mu.Unlock()
 	})
 }

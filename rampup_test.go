@@ -20,17 +20,17 @@ func rampConfig() ScopeConfig {
 }
 
 // rate is the scope's rampup rate now, in starts per second.
-func (p *policy) rate() float64 { return p.s.rampup.current(&p.s.cfg) }
+func (p *policyRig) rate() float64 { return p.s.rampup.current(&p.s.cfg) }
 
 // answer answers a request started at started, now, with fb.
-func (p *policy) answer(started time.Time, fb Feedback) {
+func (p *policyRig) answer(started time.Time, fb Feedback) {
 	p.s.Finish(p.now, Ticket{Slot: -1, Cost: 1, Start: started}, &fb)
 }
 
 // paced answers n requests paced at the current rate, each latency
 // after its start, with fb; now ends at the last answer. The first
 // starts when the previous one's gap ends, or latency before now.
-func (p *policy) paced(n int, latency time.Duration, fb Feedback) {
+func (p *policyRig) paced(n int, latency time.Duration, fb Feedback) {
 	for range n {
 		start := later(p.next, p.now.Add(-latency))
 		p.next = start.Add(time.Duration(float64(time.Second) / p.rate()))
@@ -42,7 +42,7 @@ func (p *policy) paced(n int, latency time.Duration, fb Feedback) {
 
 // until answers requests paced at the rate, all with fb, until cond holds
 // (at most n of them); it reports whether cond came to hold.
-func (p *policy) until(n int, latency time.Duration, fb Feedback, cond func() bool) bool {
+func (p *policyRig) until(n int, latency time.Duration, fb Feedback, cond func() bool) bool {
 	for range n {
 		if cond() {
 			return true
@@ -88,7 +88,7 @@ func TestRampupHeldBackProvesNothing(t *testing.T) {
 }
 
 // slowStartTo runs the slow start until the rate is r.
-func (p *policy) slowStartTo(r float64) {
+func (p *policyRig) slowStartTo(r float64) {
 	p.t.Helper()
 	require.True(p.t, p.until(1000, 50*ms, ok, func() bool { return p.rate() >= r }))
 	require.Equal(p.t, r, p.rate())
@@ -294,7 +294,7 @@ func TestRampupQuotaCycle(t *testing.T) {
 
 // settledAt8 returns a policy settled at 8 req/s (B 8.1, past the slow
 // start, the next probe an hour away) after 50 good answers at 10 ms.
-func settledAt8(t *testing.T) *policy {
+func settledAt8(t *testing.T) *policyRig {
 	p := newPolicy(t, rampConfig())
 	r := p.s.rampup
 	r.rate, r.good, r.bad, r.step = 8, 8, 8.1, rampupEpsilon
@@ -599,7 +599,7 @@ func TestRampupRefusedFirstAnswer(t *testing.T) {
 // successes paced at the rate, then one refusal gated wait, then a
 // success wait later: one cycle of a quota that states its reset, or of
 // a rate limiter that sends a constant Retry-After.
-func (p *policy) quotaCycle(n int, wait time.Duration) {
+func (p *policyRig) quotaCycle(n int, wait time.Duration) {
 	p.paced(n, 10*ms, ok)
 	p.paced(1, 10*ms, Feedback{Status: 429, Wait: wait, HasWait: true})
 	p.now = p.now.Add(wait)
@@ -644,7 +644,7 @@ func TestRampupOneCycleIsNoQuota(t *testing.T) {
 // rampupTrustOK successes): a G proven inside a counter's allowance, by
 // the slow start's first requests, is not where the scope resumes.
 func TestRampupOutageUndoesToAHeldG(t *testing.T) {
-	run := func(p *policy) {
+	run := func(p *policyRig) {
 		for range 4 {
 			p.paced(1, 10*ms, Feedback{Status: 503})
 		}

@@ -617,14 +617,8 @@ func (q *ReadyQueue) quotaShare(g *setQueue, e *entry, now time.Time) float64 {
 			}
 			s, g.scopes[i] = ns, ns
 		}
-		qr, ok := s.mgr.(interface {
-			quotaLeft(time.Time) (int64, bool)
-		})
-		if !ok {
-			continue
-		}
 		s.mu.Lock()
-		left, has := qr.quotaLeft(now)
+		left, has := s.pol.quotaLeft(now)
 		s.mu.Unlock()
 		if has && left > 0 {
 			share = max(share, float64(e.costOf(i))/float64(left))

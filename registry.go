@@ -48,17 +48,19 @@ func (sh *shard) forget(s *scope) {
 type scope struct {
 	mu       sync.Mutex
 	key      string
-	mgr      ScopeManager
+	pol      policy // the scope's rules, behind the coordinator's interface (policy.go)
 	queue    waitQueue
 	lastUsed int64 // Unix ns: 8 bytes, where a time.Time takes 24 (a scope a host)
 	explicit bool
 	dead     bool // forgotten for idleness; look it up again
+	// signal says the policy took the last answer for a backoff signal
+	// (the series chart reads it after the release).
+	signal bool
 	// robotsFetches counts the manager's robots.txt fetches started in the
 	// scope, apart from counts (in the bools' word: the scope stays 144
 	// bytes, its allocation class).
 	robotsFetches uint32
 	counts        scopeCounts
-	guard         *guarded // a custom ScopeManager's panic guard; nil for the default one
 }
 
 func (m *ThrottlingManager) shardOf(key string) *shard {
@@ -175,7 +177,11 @@ func (m *ThrottlingManager) scopeConfig(key string) (ScopeConfig, bool, error) {
 		def := m.cfg.Default
 		def.Backoff.Statuses = slices.Clone(def.Backoff.Statuses)
 		if sc, ok := f(key, def); ok {
-			if err := sc.validate("ScopeConfigFunc(" + strconv.Quote(key) + ")"); err != nil {
+			field := "ScopeConfigFunc(" + strconv.Quote(key) + ")"
+			if err := sc.validate(field); err != nil {
+				return ScopeConfig{}, false, err
+			}
+			if err := m.storeTakes(&sc, field); err != nil {
 				return ScopeConfig{}, false, err
 			}
 			return sc, true, nil
@@ -202,10 +208,9 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if f == nil {
 		f = m.factory
 	}
-	s := &scope{key: key, mgr: f(p), explicit: explicit, lastUsed: now.UnixNano()}
-	if _, ok := s.mgr.(*defaultScope); !ok && (cfg.NewManager != nil || m.cfg.NewScopeManager != nil) {
-		s.guard = &guarded{ScopeManager: s.mgr}
-		m.guarded.Store(true)
+	s := &scope{key: key, pol: policyOf(f(p), key), explicit: explicit, lastUsed: now.UnixNano()}
+	if _, ok := s.pol.(*custom); ok {
+		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}
 	if m.robotsTxt != nil {
 		if d := m.robotsTxt.hostDelay(key); d > 0 {
@@ -245,7 +250,7 @@ func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
 		// policy spares a sweep touching the policies of recent scopes.
 		return false
 	}
-	switch s.idle(now) {
+	switch s.pol.idleness(now) {
 	case IdleEmpty:
 		return idle >= m.cfg.IdleTimeout
 	case IdleLearned:

@@ -498,21 +498,13 @@ func (c *robotsCache) hostDelayLocked(host string) time.Duration {
 	return 0
 }
 
-// robotsSetter is implemented by ScopeManagers that take a robots.txt
-// delay, as the default one does.
-type robotsSetter interface {
-	SetRobotsDelay(d time.Duration)
-}
-
 // apply gives d to s (locked) unless s is explicit, whose configuration
 // is cfg; it returns the warning to log, once per scope, after s is
 // unlocked.
 func (c *robotsCache) apply(s *scope, d time.Duration, cfg *ScopeConfig) (warn func()) {
 	nop := func() {}
 	if !s.explicit {
-		if rs, ok := s.mgr.(robotsSetter); ok {
-			rs.SetRobotsDelay(d)
-		}
+		s.pol.setRobotsDelay(d)
 		return nop
 	}
 	if cfg.IgnoreRobotsTxt || d == 0 {

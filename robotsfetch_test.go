@@ -102,7 +102,7 @@ func (m *ThrottlingManager) scopeDelay(t *testing.T, key string) (time.Duration,
 	s := m.mustScope(t, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ds := s.mgr.(*defaultScope)
+	ds := s.pol.(*defaultScope)
 	d, why := ds.delay()
 	return d, why, ds.concurrency()
 }
@@ -352,7 +352,7 @@ func TestRobotsFetchUsesHostScopesNotContextScopes(t *testing.T) {
 		resp.Body.Close()
 		s := m.mustScope(t, "credits")
 		s.mu.Lock()
-		assert.Equal(t, int64(5), s.mgr.(*defaultScope).adm.Quota.Used, "only the page's cost")
+		assert.Equal(t, int64(5), s.pol.(*defaultScope).adm.Quota.Used, "only the page's cost")
 		s.mu.Unlock()
 	})
 }

@@ -177,7 +177,7 @@ func TestRobotsRefetchHonoursTheFloor(t *testing.T) {
 	cfg := DefaultConfig().Default
 	cfg.Jitter, cfg.SlotDelay, cfg.Concurrency = Jitter{}, 0, 4
 	s := NewDefaultScopeManager(ScopeParams{Key: "shop.example", Config: cfg, GlobalConcurrency: 16}).(*defaultScope)
-	s.SetRobotsDelay(2 * time.Second)
+	s.setRobotsDelay(2 * time.Second)
 	t0 := time.Unix(1e9, 0)
 	page := s.Start(t0, 1)
 	s.Finish(t0.Add(10*ms), page, &Feedback{Status: 200, Size: -1})

@@ -16,7 +16,27 @@ import (
 // serialises calls to one ScopeManager, so implementations need no locking.
 //
 // A custom ScopeManager may wrap the default one (NewDefaultScopeManager)
-// and change what it answers.
+// and change what it answers. The manager treats any ScopeManager of a
+// type other than the default's as opaque, and gives it:
+//
+//   - Politeness: a scope not configured explicitly keeps the robots.txt
+//     Crawl-delay of its host, and a key evicted under MaxScopes with a
+//     wait pending keeps that wait; the manager holds starts back for
+//     both in front of Admit.
+//   - A guard: a panic in a method leaves no lock held and no slot taken,
+//     and reaches the caller as a *ScopeManagerPanic.
+//   - Stats: the counts, InFlight, Waiting, Reason and ReadyAt. The
+//     default policy's fields (Concurrency, Delay, backoff, rampup) and
+//     Pace are zero: unknown. Signals counts the Feedbacks its Finish
+//     leaves with Backoff set for the scope.
+//   - Hooks: Admitted and Released; no DelayChanged, Backoff or GateSet,
+//     which report the default policy's changes.
+//   - Export and Import: nothing; its learned state is its own.
+//   - A Store: none. New refuses Config.Store with a custom ScopeManager,
+//     since the store enforces limits the manager cannot state.
+//
+// Finish gets a Feedback of its own, on the heap; what it changes reaches
+// the request's later scopes (sorted by key).
 //
 // A ScopeManagerFactory must not return nil: Acquire would panic with a
 // *ScopeManagerPanic.
@@ -169,7 +189,7 @@ type defaultScope struct {
 	lastSignal    bool
 	backoffJitter bool
 	// robotsStart says the previous start was a robots.txt fetch whose gap
-	// is still zero, until SetRobotsDelay says what robots.txt asks (see
+	// is still zero, until setRobotsDelay says what robots.txt asks (see
 	// startRobots).
 	robotsStart bool
 
@@ -199,7 +219,10 @@ func (s *defaultScope) setConfig(cfg ScopeConfig) {
 }
 
 // SetConfig implements ScopeManager.
-func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
+func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) { s.reconfigure(now, cfg) }
+
+// reconfigure is SetConfig for the coordinator (policy.go).
+func (s *defaultScope) reconfigure(now time.Time, cfg ScopeConfig) {
 	s.tick(now)
 	s.setConfig(cfg)
 	if s.shared != nil {
@@ -207,11 +230,11 @@ func (s *defaultScope) SetConfig(now time.Time, cfg ScopeConfig) {
 	}
 }
 
-// SetRobotsDelay sets the delay robots.txt asks for; 0 removes it. Called
+// setRobotsDelay sets the delay robots.txt asks for; 0 removes it. Called
 // after a robots.txt fetch of the scope (see startRobots), a delay makes
 // that fetch a start for it: the next request waits the delay after the
 // fetch started, as a Crawl-delay asks.
-func (s *defaultScope) SetRobotsDelay(d time.Duration) {
+func (s *defaultScope) setRobotsDelay(d time.Duration) {
 	s.robotsDelay = d
 	s.refresh()
 	if d > 0 && !s.cfg.IgnoreRobotsTxt {
@@ -229,7 +252,7 @@ func (s *defaultScope) SetRobotsDelay(d time.Duration) {
 // drawn as after any start, when its answer is a backoff signal
 // (finishRobots), when the scope is in backoff after it (learn draws the
 // gap of a backoff delay) or when robots.txt asks for a delay
-// (SetRobotsDelay). A
+// (setRobotsDelay). A
 // robots.txt fetch is admitted like any request, so it starts only once
 // the gap after the previous start has passed: moving the previous start
 // to it with no gap after it holds no later request back. A fetch again
@@ -384,7 +407,10 @@ func (s *defaultScope) combineConcurrency() int {
 }
 
 // Admit implements ScopeManager.
-func (s *defaultScope) Admit(now time.Time, cost int64) Admission {
+func (s *defaultScope) Admit(now time.Time, cost int64) Admission { return s.admit(now, cost) }
+
+// admit is Admit for the coordinator (policy.go).
+func (s *defaultScope) admit(now time.Time, cost int64) Admission {
 	now = s.adm.Latest(now) // the manager's clock never goes back: an earlier now is a stale reading
 	s.tick(now)
 	at, why := s.adm.Check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
@@ -409,6 +435,16 @@ func (s *defaultScope) Start(now time.Time, cost int64) Ticket {
 	var t Ticket
 	s.start(&t, now, cost)
 	return t
+}
+
+// begin is Start for the coordinator (policy.go), in place; robots marks
+// the manager's robots.txt fetch (startRobots).
+func (s *defaultScope) begin(t *Ticket, now time.Time, cost int64, robots bool) {
+	if robots {
+		s.startRobots(t, now, cost)
+		return
+	}
+	s.start(t, now, cost)
 }
 
 // start is Start filling *t in place, field by field. The manager calls
@@ -460,6 +496,18 @@ func (s *defaultScope) jitterFactor() float64 {
 		u = rand.Float64()
 	}
 	return 1 + j.Min + u*(j.Max-j.Min)
+}
+
+// end is Finish for the coordinator (policy.go): robots marks the
+// manager's robots.txt fetch (finishRobots). It returns whether fb was a
+// backoff signal for the scope; it changes no Feedback.
+func (s *defaultScope) end(now time.Time, t Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback) {
+	if robots {
+		s.finishRobots(now, t, &fb)
+	} else {
+		s.Finish(now, t, &fb)
+	}
+	return s.lastSignal, nil
 }
 
 // Finish implements ScopeManager.
@@ -563,7 +611,10 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 func (s *defaultScope) setGate(t time.Time) { s.adm.SetGate(t) }
 
 // Idle implements ScopeManager.
-func (s *defaultScope) Idle(now time.Time) Idleness {
+func (s *defaultScope) Idle(now time.Time) Idleness { return s.idleness(now) }
+
+// idleness is Idle for the coordinator (policy.go).
+func (s *defaultScope) idleness(now time.Time) Idleness {
 	s.tick(now)
 	if s.adm.InFlight > 0 || now.Before(s.adm.Gate) || s.adm.Quota.Pending(now, s.cfg.Window) {
 		return Busy

@@ -304,7 +304,7 @@ func (sl *seriesSlot) rebase(fb *Feedback) SeriesBucket {
 	s := sl.s
 	s.mu.Lock()
 	cur := s.seriesCounts()
-	signal := signalOf(s, fb)
+	signal := s.signal
 	s.mu.Unlock()
 	base := cur
 	if fb.Err == nil && fb.Status >= 200 && fb.Status < 300 && cur.OK > 0 {

@@ -178,8 +178,8 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		sc := &req.Scopes[i]
-		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.policy().version()
-		h.s.policy().sharedLimits(now, sc)
+		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.pol.version()
+		h.s.pol.sharedLimits(now, sc)
 		h.s.lastUsed = local.UnixNano()
 	}
 	unlockAll(p.scopes)
@@ -212,11 +212,11 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	for i := range p.scopes {
 		h := &p.scopes[i]
 		if i < len(ans.Learned) {
-			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.policy().version() {
-				if err := h.s.policy().sharedImport(l.Data); err != nil {
+			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.pol.version() {
+				if err := h.s.pol.sharedImport(l.Data); err != nil {
 					m.log.Warn("throttle: store holds unusable learned state; keeping ours", "scope", h.s.key, "err", err)
 				}
-				h.s.policy().setVersion(l.Version)
+				h.s.pol.setVersion(l.Version)
 			}
 		}
 		if ans.Admitted && i < len(ans.Tickets) {
@@ -227,7 +227,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	}
 	why := ans.Reason // (store.Reason is Reason)
 	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
-		why = p.scopes[ans.Scope].s.policy().sharedWhy(why)
+		why = p.scopes[ans.Scope].s.pol.sharedWhy(why)
 	}
 	unlockAll(p.scopes)
 	if ans.Admitted {
@@ -410,15 +410,14 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		h := &p.scopes[i]
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
-		rs.Key, rs.Version = h.s.key, h.s.policy().version()
+		rs.Key, rs.Version = h.s.key, h.s.pol.version()
 		rs.Ticket = store.Ticket{Slot: h.ticket.Slot, Window: h.ticket.Window}
 		var before policySnap
 		if watch {
-			before, _ = snapOf(h.s)
+			before, _ = h.s.pol.snap()
 		}
-		h.s.policy().sharedLearn(now, h.ticket, fb, rs, true)
-		h.s.lastUsed = local.UnixNano()
-		signal := signalOf(h.s, fb)
+		signal := h.s.pol.sharedLearn(now, h.ticket, fb, rs, true)
+		h.s.lastUsed, h.s.signal = local.UnixNano(), signal
 		h.s.counts.finished(now, fb, signal, p.robotsFetch)
 		if watch {
 			ev.observe(h.s, before, fb, signal, p.robotsFetch)
@@ -447,7 +446,7 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 			h := &p.scopes[c.Scope]
 			rs := store.ReleaseScope{Key: h.s.key, QuotaFloor: -1}
 			h.s.mu.Lock()
-			sp := h.s.policy()
+			sp := h.s.pol
 			if c.Learned.Data != nil && sp.sharedImport(c.Learned.Data) == nil {
 				sp.sharedLearn(now, h.ticket, fb, &rs, false)
 			} else {
@@ -472,7 +471,7 @@ func (m *ThrottlingManager) settleVersions(p *Permit, rel *store.Release, confli
 		}
 		h := &p.scopes[i]
 		h.s.mu.Lock()
-		if sp := h.s.policy(); sp.version() == rs.Version {
+		if sp := h.s.pol; sp.version() == rs.Version {
 			sp.setVersion(rs.Version + 1)
 		}
 		h.s.mu.Unlock()
@@ -497,10 +496,6 @@ func permitFor(p *Permit, cs []store.Conflict) *Permit {
 	}
 	return q
 }
-
-// policy returns the scope's policy as a sharedPolicy: with a Store, every
-// scope has the default one (Config.validate).
-func (s *scope) policy() sharedPolicy { return s.mgr.(sharedPolicy) }
 
 // sharedBounds returns the bounds of the scope's state in a Store
 // (store.Scope's MaxWait and MaxConcurrency): the longest wait its

@@ -15,7 +15,7 @@ func spentAnswer(wait time.Duration) Feedback {
 }
 
 // gatedUntil is the scope's server gate, or zero.
-func (p *policy) gatedUntil() time.Time {
+func (p *policyRig) gatedUntil() time.Time {
 	if a := p.s.Admit(p.now, 1); a.Reason == ReasonGate {
 		return a.At
 	}

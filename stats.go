@@ -200,14 +200,6 @@ func (s *scope) countsNow() Counts {
 	return out
 }
 
-// signalOf reports whether fb is a backoff signal for s's policy.
-func signalOf(s *scope, fb *Feedback) bool {
-	if ds, ok := s.mgr.(*defaultScope); ok {
-		return ds.lastSignal // Finish just decided it
-	}
-	return fb.Backoff && fb.appliesTo(s.key)
-}
-
 // Stats returns a snapshot of every scope and the manager's totals.
 func (m *ThrottlingManager) Stats() Stats {
 	var st Stats
@@ -251,22 +243,22 @@ func (m *ThrottlingManager) StatsInto(st *Stats) {
 func (m *ThrottlingManager) scopeStats(s *scope, now time.Time, globalFull bool, ss *ScopeStats) {
 	c := &s.counts
 	*ss = ScopeStats{Key: s.key, InFlight: int(c.inFlight), Waiting: s.queue.n, LastLatency: c.latency, Counts: s.countsNow()}
-	adm := s.admit(now, 1)
+	adm := s.pol.admit(now, 1)
 	ss.Reason, ss.ReadyAt = adm.Reason, adm.At
 	if ss.Reason == ReasonNone && globalFull {
 		ss.Reason = ReasonGlobal
 	}
-	if ds, ok := s.mgr.(*defaultScope); ok {
-		ds.fillStats(ss)
-		ss.Pace = ds.pace(now, c.latency)
-		if ss.Reason == ReasonGlobal {
-			ss.Pace.Binding = ReasonGlobal
-		}
-	}
+	s.pol.fillStats(now, c.latency, ss)
 }
 
-// fillStats adds the default policy's state to ss.
-func (s *defaultScope) fillStats(ss *ScopeStats) {
+// fillStats adds the default policy's state to ss: its limits, learned
+// parts and Pace, given the scope's last latency. The global cap binds
+// the pace when it is what the scope waits for.
+func (s *defaultScope) fillStats(now time.Time, latency time.Duration, ss *ScopeStats) {
+	ss.Pace = s.pace(now, latency)
+	if ss.Reason == ReasonGlobal {
+		ss.Pace.Binding = ReasonGlobal
+	}
 	ss.Concurrency = s.concurrency()
 	ss.Delay, _ = s.delay()
 	b := &s.backoff

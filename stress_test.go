@@ -492,7 +492,10 @@ func effConcurrency(m *ThrottlingManager, key string) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mgr := s.mgr
+	if ds, ok := s.pol.(*defaultScope); ok {
+		return ds.concurrency()
+	}
+	mgr := s.pol.(*custom).mgr
 	if r, ok := mgr.(*recScope); ok {
 		mgr = r.ScopeManager
 	}

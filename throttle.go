@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -132,6 +133,9 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 	if err := validateScopeEntry(key, &cfg); err != nil {
 		return err
 	}
+	if err := m.storeTakes(&cfg, "Scopes["+strconv.Quote(key)+"]"); err != nil {
+		return err
+	}
 	m.cfgMu.Lock()
 	next := maps.Clone(m.cfg.Scopes)
 	if next == nil {
@@ -152,14 +156,24 @@ func (m *ThrottlingManager) SetScopeConfig(key string, cfg ScopeConfig) error {
 		return nil
 	}
 	s.mu.Lock()
-	s.setConfig(m.clock.Now(), cfg)
+	s.pol.reconfigure(m.clock.Now(), cfg)
 	s.explicit = true
 	wakeNeeding(s, s.queue.head)
+	pv := s.pol.takePanic()
 	s.mu.Unlock()
-	if s.guard != nil {
-		if pv := s.guard.panicked.Swap(nil); pv != nil {
-			panic(pv)
-		}
+	if pv != nil {
+		panic(pv)
+	}
+	return nil
+}
+
+// storeTakes refuses a scope configuration made at run time (field names
+// it) that a Store cannot hold: one with a custom ScopeManager, whose
+// limits the store cannot see. New refuses the static ones
+// (Config.validate).
+func (m *ThrottlingManager) storeTakes(cfg *ScopeConfig, field string) error {
+	if m.shared != nil && cfg.NewManager != nil {
+		return &ConfigError{Field: field + ".NewManager", Reason: "scopes in a Store use the default ScopeManager: NewManager must be nil"}
 	}
 	return nil
 }

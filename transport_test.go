@@ -36,7 +36,7 @@ func (m *ThrottlingManager) inFlight(t testing.TB, key string) int {
 	s := m.mustScope(t, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.mgr.(*defaultScope).adm.InFlight)
+	return int(s.pol.(*defaultScope).adm.InFlight)
 }
 
 func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
@@ -155,7 +155,7 @@ func TestTransportErrorIsFeedback(t *testing.T) {
 		assert.Equal(t, 0, m.inFlight(t, "a.example"))
 		s := m.mustScope(t, "a.example")
 		s.mu.Lock()
-		d, why := s.mgr.(*defaultScope).delay()
+		d, why := s.pol.(*defaultScope).delay()
 		s.mu.Unlock()
 		assert.Equal(t, time.Second, d, "a timeout is a backoff signal: MinDelay from zero")
 		assert.Equal(t, ReasonBackoff, why)
@@ -314,7 +314,7 @@ func TestTransportBodyReadErrorIsFeedback(t *testing.T) {
 		resp.Body.Close()
 		s := m.mustScope(t, "a.example")
 		s.mu.Lock()
-		assert.True(t, s.mgr.(*defaultScope).backoff.delay > 0, "a body cut short is a backoff signal")
+		assert.True(t, s.pol.(*defaultScope).backoff.delay > 0, "a body cut short is a backoff signal")
 		s.mu.Unlock()
 	})
 }

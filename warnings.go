@@ -24,14 +24,14 @@ func (m *ThrottlingManager) warn(msg, scope string, attrs ...any) {
 // ineffective warns, once per manager, about a setting that has had no
 // effect: called on a scope's ineffectiveAfter-th response, with s locked.
 func (m *ThrottlingManager) checkIneffective(s *scope) {
-	ds, ok := s.mgr.(*defaultScope)
-	if !ok || m.warnedIneffective.Load() {
+	conc, rampup, ok := s.pol.configured()
+	if !ok || rampup || m.warnedIneffective.Load() {
 		return
 	}
+	snap, _ := s.pol.snap()
 	c := &s.counts
-	conc := ds.cfg.Concurrency
-	d, _ := ds.delay()
-	if conc > 1 && c.peak <= 1 && c.latency > 0 && d >= c.latency && !ds.cfg.Rampup.Enabled {
+	d := snap.delay
+	if conc > 1 && c.peak <= 1 && c.latency > 0 && d >= c.latency {
 		if m.warnedIneffective.Swap(true) {
 			return
 		}
@@ -116,4 +116,10 @@ func autoThrottleFloored(name string, sc *ScopeConfig) string {
 	return fmt.Sprintf("throttle: %s.AutoThrottle is on but %s.Delay %v floors it: AutoThrottle never goes under "+
 		"Delay, so it can only slow the scope down and never runs it faster than DefaultConfig (Delay %v); "+
 		"lower Delay (e.g. 0) for it to speed up on fast sites", name, name, sc.Delay, defaultScopeConfig().Delay)
+}
+
+// configured returns the scope's configured Concurrency and whether rampup
+// is on, for checkIneffective.
+func (s *defaultScope) configured() (conc int, rampup, ok bool) {
+	return s.cfg.Concurrency, s.cfg.Rampup.Enabled, true
 }
