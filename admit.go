@@ -378,13 +378,17 @@ func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, 
 		if m.global.tryFast() {
 			m.start(p, now)
 			unlockAll(p.scopes)
-			m.raiseAfterStart(p)
+			if m.guarded.Load() {
+				m.raiseAfterStart(p)
+			}
 			return true, adm, -1
 		}
 		adm = Admission{Reason: ReasonGlobal}
 	}
 	unlockAll(p.scopes)
-	m.raise(p.scopes)
+	if m.guarded.Load() {
+		m.raise(p.scopes)
+	}
 	return false, adm, who
 }
 
@@ -421,7 +425,9 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 				m.start(p, now)
 				m.dequeue(w, hs)
 				unlockAll(hs)
-				m.raiseAfterStart(p)
+				if m.guarded.Load() {
+					m.raiseAfterStart(p)
+				}
 				return p, nil
 			}
 			adm = Admission{Reason: ReasonGlobal}

@@ -145,28 +145,18 @@ func takePanic(hs []held) *ScopeManagerPanic {
 
 // raiseAfterStart raises a panic kept while p was admitted, once p's
 // locks are released: p is released first (its slots given back), since
-// the caller will never see it.
+// the caller will never see it. Callers check m.guarded first: the default
+// path pays one load and never enters this file.
 func (m *ThrottlingManager) raiseAfterStart(p *Permit) {
-	if m.guarded.Load() { // small enough to inline: the default path pays one load
-		m.raiseAfterStartSlow(p)
-	}
-}
-
-func (m *ThrottlingManager) raiseAfterStartSlow(p *Permit) {
 	if pv := takePanic(p.scopes); pv != nil {
 		p.ReleaseFeedback(Feedback{NoAdjust: true, Err: pv})
 		panic(pv)
 	}
 }
 
-// raise raises a panic kept during an operation on hs that took nothing.
+// raise raises a panic kept during an operation on hs that took nothing
+// (callers check m.guarded first).
 func (m *ThrottlingManager) raise(hs []held) {
-	if m.guarded.Load() {
-		m.raiseSlow(hs)
-	}
-}
-
-func (m *ThrottlingManager) raiseSlow(hs []held) {
 	if pv := takePanic(hs); pv != nil {
 		panic(pv)
 	}

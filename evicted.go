@@ -12,24 +12,6 @@ import (
 	"time"
 )
 
-// shardCount is how many shards hold scopes: all of them, or one per
-// scope of a MaxScopes below numShards, so that every shard's share of the
-// cap is at least one scope.
-func (m *ThrottlingManager) shardCount() uint64 {
-	if l := m.cfg.MaxScopes; l > 0 && l < numShards {
-		return uint64(l)
-	}
-	return numShards
-}
-
-// shardIndex returns the shard of the keys of hash h.
-func (m *ThrottlingManager) shardIndex(h uint64) uint64 {
-	if l := m.cfg.MaxScopes; l > 0 && l < numShards {
-		return h % uint64(l)
-	}
-	return h % numShards // a mask, not a division: lookup's hot path
-}
-
 // shardCap is the share of MaxScopes of the shard that holds the keys of
 // hash h: the shares sum to MaxScopes, so the table holds at most MaxScopes
 // scopes beyond those that cannot be evicted (see evict).

@@ -203,5 +203,7 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	}
 	m.global.release()
 	m.afterRelease(p, fb, &ev, watch) // after the slots are free; observers.go
-	m.raise(p.scopes)
+	if m.guarded.Load() {
+		m.raise(p.scopes)
+	}
 }

@@ -63,6 +63,61 @@ type scope struct {
 	counts        scopeCounts
 }
 
+// scopeCounts are a scope's counters, kept by the manager under the
+// scope's lock, so every ScopeManager has them.
+type scopeCounts struct {
+	inFlight  int32
+	peak      int32  // most permits held at once
+	requests  uint32 // robots.txt fetches excluded (scope.robotsFetches), as in responses and signals
+	signals   uint32
+	responses [6]uint32
+	latency   time.Duration // the last one
+	refusing  int64         // Unix ns of the first signal since the last other answer; 0: none
+}
+
+// started counts a start of s; robots: a robots.txt fetch of the
+// manager's, counted in s.robotsFetches instead of the requests.
+func (s *scope) started(robots bool) {
+	c := &s.counts
+	c.inFlight++
+	c.peak = max(c.peak, c.inFlight)
+	if robots {
+		s.robotsFetches++
+	} else {
+		c.requests++
+	}
+}
+
+// finished counts the end of a request; a robots.txt fetch's (robots)
+// answer is not counted in responses or signals, but it is the server's
+// latency and tells whether the server still refuses (MaxRefusal).
+func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal, robots bool) {
+	if c.inFlight > 0 {
+		c.inFlight--
+	}
+	if !robots {
+		class := 0
+		if fb.Status >= 100 && fb.Status < 600 && fb.Err == nil {
+			class = fb.Status / 100
+		}
+		c.responses[class]++
+	}
+	if fb.Latency > 0 {
+		c.latency = fb.Latency
+	}
+	switch {
+	case signal:
+		if !robots {
+			c.signals++
+		}
+		if c.refusing == 0 {
+			c.refusing = now.UnixNano()
+		}
+	case fb.Err == nil || fb.Status != 0:
+		c.refusing = 0 // the server answered something else
+	}
+}
+
 func (m *ThrottlingManager) shardOf(key string) *shard {
 	sh, _ := m.hashShard(key)
 	return sh
@@ -72,6 +127,24 @@ func (m *ThrottlingManager) shardOf(key string) *shard {
 func (m *ThrottlingManager) hashShard(key string) (*shard, uint64) {
 	h := maphash.String(m.seed, key)
 	return &m.shards[m.shardIndex(h)], h
+}
+
+// shardCount is how many shards hold scopes: all of them, or one per
+// scope of a MaxScopes below numShards, so that every shard's share of the
+// cap is at least one scope.
+func (m *ThrottlingManager) shardCount() uint64 {
+	if l := m.cfg.MaxScopes; l > 0 && l < numShards {
+		return uint64(l)
+	}
+	return numShards
+}
+
+// shardIndex returns the shard of the keys of hash h.
+func (m *ThrottlingManager) shardIndex(h uint64) uint64 {
+	if l := m.cfg.MaxScopes; l > 0 && l < numShards {
+		return h % uint64(l)
+	}
+	return h % numShards // a mask, not a division: lookup's hot path
 }
 
 // lookup returns the scope for key, creating it on first use. A scope

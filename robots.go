@@ -256,3 +256,10 @@ func (m *ThrottlingManager) robotsStats(rs *RobotsStats) {
 		}
 	}
 }
+
+// fetchesVia reports whether the robots.txt fetch a Transport's request
+// starts goes through that Transport: robots.txt handling on (c not nil)
+// and no RobotsConfig.Client, which fetches for everyone.
+func (c *robotsCache) fetchesVia() bool {
+	return c != nil && c.cfg.Client == nil
+}

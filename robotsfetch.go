@@ -136,13 +136,6 @@ func (v *viaTransport) Value(key any) any {
 	return v.Context.Value(key)
 }
 
-// fetchesVia reports whether the robots.txt fetch a Transport's request
-// starts goes through that Transport: robots.txt handling on (c not nil)
-// and no RobotsConfig.Client, which fetches for everyone.
-func (c *robotsCache) fetchesVia() bool {
-	return c != nil && c.cfg.Client == nil
-}
-
 // transportOf returns the Transport of c's manager that ctx came through
 // (viaTransport), or nil (Acquire, RobotsFor: the fetch uses c.client).
 func (c *robotsCache) transportOf(ctx context.Context) *Transport {

@@ -135,61 +135,6 @@ type RobotsStats struct {
 	Delays int
 }
 
-// scopeCounts are a scope's counters, kept by the manager under the
-// scope's lock, so every ScopeManager has them.
-type scopeCounts struct {
-	inFlight  int32
-	peak      int32  // most permits held at once
-	requests  uint32 // robots.txt fetches excluded (scope.robotsFetches), as in responses and signals
-	signals   uint32
-	responses [6]uint32
-	latency   time.Duration // the last one
-	refusing  int64         // Unix ns of the first signal since the last other answer; 0: none
-}
-
-// started counts a start of s; robots: a robots.txt fetch of the
-// manager's, counted in s.robotsFetches instead of the requests.
-func (s *scope) started(robots bool) {
-	c := &s.counts
-	c.inFlight++
-	c.peak = max(c.peak, c.inFlight)
-	if robots {
-		s.robotsFetches++
-	} else {
-		c.requests++
-	}
-}
-
-// finished counts the end of a request; a robots.txt fetch's (robots)
-// answer is not counted in responses or signals, but it is the server's
-// latency and tells whether the server still refuses (MaxRefusal).
-func (c *scopeCounts) finished(now time.Time, fb *Feedback, signal, robots bool) {
-	if c.inFlight > 0 {
-		c.inFlight--
-	}
-	if !robots {
-		class := 0
-		if fb.Status >= 100 && fb.Status < 600 && fb.Err == nil {
-			class = fb.Status / 100
-		}
-		c.responses[class]++
-	}
-	if fb.Latency > 0 {
-		c.latency = fb.Latency
-	}
-	switch {
-	case signal:
-		if !robots {
-			c.signals++
-		}
-		if c.refusing == 0 {
-			c.refusing = now.UnixNano()
-		}
-	case fb.Err == nil || fb.Status != 0:
-		c.refusing = 0 // the server answered something else
-	}
-}
-
 // countsNow returns s's counts (s locked).
 func (s *scope) countsNow() Counts {
 	c := &s.counts
