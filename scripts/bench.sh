@@ -37,12 +37,13 @@ echo "$rq" | grep -E '^Benchmark'
 echo "$rq" | awk '/^Benchmark/ { for (i=2; i<=NF; i++) { if ($(i+1)=="push-ns/op") { push+=$i; n++ } if ($(i+1)=="pop-ns/op") pop+=$i } }
 END { printf "ReadyQueue at 20,000 hosts, mean over %d runs: push %.0f ns, pop %.0f ns\n", n, push/n, pop/n }'
 echo
-# DESIGN rule 12 at a million hosts: the test logs its figures.
+# Memory at a million hosts (bounded by the scopes in recent use): the test logs its figures.
 go test -count=1 -run='^TestMemoryMillionHosts$' -v . | grep -E 'live heap|^--- '
 echo
 # Instructions per operation (callgrind), when valgrind is installed.
 if command -v valgrind >/dev/null; then
 	bash scripts/instructions.sh
+	bash scripts/pathfiles.sh
 else
-	echo "valgrind is not installed: scripts/instructions.sh (instructions per operation) skipped"
+	echo "valgrind is not installed: scripts/instructions.sh (instructions per operation) and scripts/pathfiles.sh skipped"
 fi
