@@ -20,6 +20,8 @@ package throttle
 //     for one of the permit's scopes.
 //   - the series (RecordSeries): afterRelease counts the answers of the
 //     busiest scopes (series.go).
+//   - robots.txt (subscribeRobots, in New): created gives a new scope the
+//     delay its host's robots.txt asked for (robots.go).
 //
 // Only the features in use subscribe, so a manager without them pays a
 // check of a bool or an empty list at each point, and one atomic load
@@ -72,6 +74,9 @@ type observers struct {
 	// scope's settledAfter-th request counted (robots.txt fetches aside).
 	settled      []func(s *scope)
 	settledAfter uint32
+	// created: the registry made the scope s, with the configuration
+	// cfg, and has not shared it yet (no lock needed).
+	created []func(s *scope, cfg *ScopeConfig)
 	// policy is set when an afterRelease subscriber reads the policy
 	// changes: the release then records them (hookEvents), with each
 	// scope locked.
@@ -127,7 +132,16 @@ func (o *observers) subscribe(m *ThrottlingManager) {
 	m.subscribeMaxHold(o) // first: a permit is listed before the Admitted hook may give it back
 	m.subscribeHooks(o)
 	m.subscribeWarnings(o)
+	m.subscribeRobots(o)
 	o.acquire = len(o.beforeAdmit) > 0 || len(o.admitted) > 0
+}
+
+// created is called when the registry has made s, with its configuration
+// cfg, before it shares it.
+func (m *ThrottlingManager) created(s *scope, cfg *ScopeConfig) {
+	for _, f := range m.obs.created {
+		f(s, cfg)
+	}
 }
 
 // beforeAdmit is called before a request is evaluated, with no lock held.

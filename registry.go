@@ -285,11 +285,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if _, ok := s.pol.(*custom); ok {
 		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}
-	if m.robotsTxt != nil {
-		if d := m.robotsTxt.hostDelay(key); d > 0 {
-			m.robotsTxt.apply(s, d, &cfg)() // not shared yet: no lock needed
-		}
-	}
+	m.created(s, &cfg) // observers.go: robots.txt's delay for the host
 	return s, nil
 }
 

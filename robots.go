@@ -263,3 +263,20 @@ func (m *ThrottlingManager) robotsStats(rs *RobotsStats) {
 func (c *robotsCache) fetchesVia() bool {
 	return c != nil && c.cfg.Client == nil
 }
+
+// subscribeRobots subscribes robots.txt to the seam (observers.go): a
+// scope made after its host's robots.txt asked for a delay gets it as it
+// is made.
+func (m *ThrottlingManager) subscribeRobots(o *observers) {
+	if c := m.robotsTxt; c != nil {
+		o.created = append(o.created, c.scopeCreated)
+	}
+}
+
+// scopeCreated gives the new scope s, not shared yet, the delay robots.txt
+// asked of the host its key names.
+func (c *robotsCache) scopeCreated(s *scope, cfg *ScopeConfig) {
+	if d := c.hostDelay(s.key); d > 0 {
+		c.apply(s, d, cfg)() // not shared yet: no lock needed, and the warning now
+	}
+}
