@@ -105,19 +105,19 @@ func TestAcquireErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoHost)
 	_, err = m.Acquire(ctx, get(t, "/relative/only"))
 	assert.ErrorIs(t, err, ErrNoHost)
-	_, err = m.Acquire(WithScopes(ctx), get(t, "http://a/"))
+	_, err = m.Acquire(WithScopeKeys(ctx), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrNoScope)
-	_, err = m.Acquire(WithScopes(ctx, ""), get(t, "http://a/"))
+	_, err = m.Acquire(WithScopeKeys(ctx, ""), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrEmptyScopeKey)
-	_, err = m.Acquire(WithScopeCosts(ctx, Scope{Key: "a", Cost: -1}), get(t, "http://a/"))
+	_, err = m.Acquire(WithScopes(ctx, Scope{Key: "a", Cost: -1}), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrNegativeCost)
 	keys := make([]string, maxScopesPerRequest+1)
 	for i := range keys {
 		keys[i] = fmt.Sprint("s", i)
 	}
-	_, err = m.Acquire(WithScopes(ctx, keys...), get(t, "http://a/"))
+	_, err = m.Acquire(WithScopeKeys(ctx, keys...), get(t, "http://a/"))
 	assert.ErrorIs(t, err, ErrTooManyScopes)
-	p, err := m.Acquire(WithScopes(ctx, keys[:maxScopesPerRequest]...), get(t, "http://a/"))
+	p, err := m.Acquire(WithScopeKeys(ctx, keys[:maxScopesPerRequest]...), get(t, "http://a/"))
 	require.NoError(t, err, "exactly the cap is fine")
 	p.Release(nil, nil)
 
@@ -146,7 +146,7 @@ func TestDuplicateScopesMerge(t *testing.T) {
 		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
 		cfg.Default.Quota = 10
 		m := newManager(t, cfg)
-		p, err := m.Acquire(WithScopeCosts(context.Background(), Scope{Key: "a", Cost: 2}, Scope{Key: "a", Cost: 3}), get(t, "http://x/"))
+		p, err := m.Acquire(WithScopes(context.Background(), Scope{Key: "a", Cost: 2}, Scope{Key: "a", Cost: 3}), get(t, "http://x/"))
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a"}, p.Scopes())
 		assert.Equal(t, int64(5), p.scopes[0].cost)

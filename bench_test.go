@@ -155,7 +155,7 @@ func BenchmarkAcquireReleaseMultiScope(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := WithScopes(context.Background(), "example.com", "books.example.com", "api")
+	ctx := WithScopeKeys(context.Background(), "example.com", "books.example.com", "api")
 	req := benchRequests(b, 1)[0].WithContext(ctx)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -79,17 +79,17 @@ func TestCancelledMultiScopeWaiterWakesOthers(t *testing.T) {
 		slow.Delay = 10 * time.Second
 		cfg.Scopes = map[string]ScopeConfig{"b": slow}
 		m := newManager(t, cfg)
-		p, err := m.Acquire(WithScopes(context.Background(), "b"), get(t, "http://x/"))
+		p, err := m.Acquire(WithScopeKeys(context.Background(), "b"), get(t, "http://x/"))
 		require.NoError(t, err)
 		p.Release(ok200, nil)
 		t0 := time.Now()
-		ctx, cancel := context.WithCancel(WithScopes(context.Background(), "a", "b"))
+		ctx, cancel := context.WithCancel(WithScopeKeys(context.Background(), "a", "b"))
 		errc := make(chan error, 1)
 		go func() { _, err := m.Acquire(ctx, get(t, "http://x/")); errc <- err }()
 		synctest.Wait()
 		got := make(chan time.Time, 1)
 		go func() {
-			p, err := m.Acquire(WithScopes(context.Background(), "b"), get(t, "http://x/"))
+			p, err := m.Acquire(WithScopeKeys(context.Background(), "b"), get(t, "http://x/"))
 			if assert.NoError(t, err) {
 				got <- time.Now()
 				p.Release(ok200, nil)

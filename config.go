@@ -196,8 +196,7 @@ type ScopeConfig struct {
 	// SlotDelay is the least time between two starts in the same slot.
 	// Default 0 (off). With Concurrency c, it caps the scope at c starts
 	// per SlotDelay: a Delay shorter than SlotDelay/c has no effect (New
-	// warns). It was 1s, which silently turned Delay 100ms into one start
-	// a second at Concurrency 1, the colly and Scrapy user's first setting.
+	// warns).
 	SlotDelay time.Duration
 	// Jitter randomises each start's Delay by a factor drawn once per
 	// start from [1+Jitter.Min, 1+Jitter.Max]. Default ±50 %.

@@ -157,7 +157,7 @@ func (r *fuzzReader) scope(sc *ScopeConfig) {
 	r.bool(&p.Enabled)
 	r.int(&p.MinSignals)
 	r.int(&p.MaxSignals)
-	r.dur(&p.MinDelay)
+	r.float(&p.MaxRate)
 	r.int(&p.MaxConcurrency)
 }
 
@@ -278,7 +278,7 @@ func FuzzConfigValidate(f *testing.F) {
 				}
 			}
 			req, _ := http.NewRequest(http.MethodGet, "http://x.test/", nil)
-			req = req.WithContext(WithScopes(req.Context(), key))
+			req = req.WithContext(WithScopeKeys(req.Context(), key))
 			p, adm, err := m.TryAcquire(req)
 			if err != nil || p == nil {
 				t.Fatalf("a valid config's first request is refused: %v %+v", err, adm)

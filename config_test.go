@@ -30,6 +30,8 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		"Default.Concurrency":          func(c *Config) { c.Default.Concurrency = 0 },
 		"Default.Delay":                func(c *Config) { c.Default.Delay = -time.Millisecond },
 		`Scopes["a.test"].Concurrency`: func(c *Config) { s := c.Default; s.Concurrency = -3; c.Scopes = map[string]ScopeConfig{"a.test": s} },
+		"Default.Rampup.MaxRate":       func(c *Config) { c.Default.Rampup.MaxRate = math.NaN() },
+		"Default.Rampup.Max":           func(c *Config) { c.Default.Rampup.MaxRate = -1 },
 		"Default.AutoThrottle.TargetConcurrency": func(c *Config) {
 			c.Default.AutoThrottle.TargetConcurrency = math.NaN()
 		},

@@ -34,7 +34,7 @@
 // ports share its limits); HostPortScope keeps each port apart.
 // Config.Scoper replaces the default for all requests
 // (RegistrableDomainScope, AddScopes, and package scopers'
-// DomainHierarchy, IP, PathPrefix ...); WithScopes and WithScopeCosts
+// DomainHierarchy, IP, PathPrefix ...); WithScopeKeys and WithScopes
 // replace it for the requests of one context. A request starts only when all its scopes admit it at the same
 // instant, and holds nothing while it waits.
 //
@@ -126,4 +126,18 @@
 // conformance suite a store must pass. When the store fails, Acquire fails
 // fast (failing closed, with a *store.Error) or continues on local state
 // (StoreFallbackLocal).
+//
+// # Writing a ScopeManager
+//
+// Most users never write one: ScopeConfig configures the default policy.
+// These names are the kit for those who replace or wrap it
+// (Config.NewScopeManager, ScopeConfig.NewManager): ScopeManager and
+// ScopeManagerFactory, what a factory is given (ScopeParams), what a
+// manager answers and keeps (Admission, Ticket, Idleness, Reason), the
+// panic a failing one raises (ScopeManagerPanic), and
+// NewDefaultScopeManager to wrap. A custom ScopeManager keeps the
+// robots.txt delay and the manager's guard against its panics, and gets
+// Stats' counts; it has no Pace, exports nothing and cannot share a Store
+// (see ScopeManager). Clock and Timer are the kit for a clock of one's
+// own (Config.Clock): package throttletest's fake clock is one.
 package throttle

@@ -87,8 +87,8 @@ func BenchmarkNewScope(b *testing.B) {
 				e, v, _ := m.evictionWork()
 				b.ReportMetric(float64(e-examined)/float64(n), "examined/op")
 				b.ReportMetric(float64(v-evicted)/float64(n), "evicted/op")
-				if m.Len() > limit {
-					b.Fatalf("Len %d over %d", m.Len(), limit)
+				if m.NumScopes() > limit {
+					b.Fatalf("Len %d over %d", m.NumScopes(), limit)
 				}
 			})
 		}

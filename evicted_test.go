@@ -95,7 +95,7 @@ func TestRegistryEvictedGateKept(t *testing.T) {
 
 			clk.t = clk.t.Add(time.Second)
 			evictOut(t, m, "gated.example")
-			assert.LessOrEqual(t, m.Len(), numShards)
+			assert.LessOrEqual(t, m.NumScopes(), numShards)
 			clk.t = clk.t.Add(199 * time.Second)
 			p, adm, err := m.TryAcquire(gated)
 			require.NoError(t, err)
@@ -229,7 +229,7 @@ func TestRegistryRingForgetsSwept(t *testing.T) {
 	m, clk := stepManager(t, cfg, 64*numShards)
 	reqs := newHostRequests()
 	farmStep(t, m, reqs, "h", 0, 20_000, func() *http.Response { return ok200 })
-	require.Equal(t, 64*numShards, m.Len())
+	require.Equal(t, 64*numShards, m.NumScopes())
 	alive := get(t, "http://alive.example/")
 	for range cfg.IdleTimeout/time.Second + numShards + 1 {
 		clk.t = clk.t.Add(time.Second)
@@ -238,7 +238,7 @@ func TestRegistryRingForgetsSwept(t *testing.T) {
 		require.NotNil(t, p)
 		p.Release(ok200, nil)
 	}
-	assert.Equal(t, 1, m.Len())
+	assert.Equal(t, 1, m.NumScopes())
 	entries, dead, room := 0, 0, 0
 	for i := range m.shards {
 		r := &m.shards[i].ev.ring
@@ -324,9 +324,9 @@ func TestMaxScopesConcurrentGatesKept(t *testing.T) {
 		assert.Zero(t, early, "requests sent before their host's gate ended")
 		assert.Zero(t, lost)
 		assert.Greater(t, evicted, uint64(n/2))
-		assert.LessOrEqual(t, m.Len(), cfg.MaxScopes+workers+1)
+		assert.LessOrEqual(t, m.NumScopes(), cfg.MaxScopes+workers+1)
 		reqs := newHostRequests()
 		farmStep(t, m, reqs, "after", 0, 100*numShards, func() *http.Response { return ok200 })
-		assert.LessOrEqual(t, m.Len(), cfg.MaxScopes)
+		assert.LessOrEqual(t, m.NumScopes(), cfg.MaxScopes)
 	})
 }

@@ -174,7 +174,7 @@ func ExampleNew() {
 
 // A request may be throttled by several scopes: here a paid API's host and
 // its credits, with the request's cost.
-func ExampleWithScopeCosts() {
+func ExampleWithScopes() {
 	cfg := throttle.DefaultConfig()
 	credits := cfg.Default
 	credits.Delay, credits.SlotDelay, credits.Concurrency = 0, 0, 100
@@ -183,7 +183,7 @@ func ExampleWithScopeCosts() {
 	cfg.Robots.Enabled = false // no robots.txt fetch in this example
 	m, _ := throttle.New(cfg)
 
-	ctx := throttle.WithScopeCosts(context.Background(),
+	ctx := throttle.WithScopes(context.Background(),
 		throttle.Scope{Key: "api.example.com"}, throttle.Scope{Key: "credits", Cost: 25})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/v1/scrape", nil)
 	p, err := m.Acquire(ctx, req)

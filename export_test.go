@@ -98,7 +98,7 @@ func TestImportRefusesAndAppliesNothing(t *testing.T) {
 		n, err := m.Import(strings.NewReader(in))
 		require.ErrorIs(t, err, ErrImport, name)
 		require.Zero(t, n, name)
-		require.Zero(t, m.Len(), "%s: nothing applied", name)
+		require.Zero(t, m.NumScopes(), "%s: nothing applied", name)
 	}
 	_, err := m.Import(strings.NewReader(strings.Replace(good, `"version":1`, `"version":2`, 1) + `,{"key":"b.test","state":{"v":4,"new":1}}]}`))
 	require.ErrorContains(t, err, "version 2 is newer", "the version, read before the records, is the reason given")
@@ -125,20 +125,20 @@ func FuzzImport(f *testing.F) {
 		m := newManager(t, cfg)
 		n, err := m.Import(strings.NewReader(in))
 		if err != nil {
-			if n != 0 || m.Len() != 0 {
-				t.Fatalf("refused file applied %d scopes", m.Len())
+			if n != 0 || m.NumScopes() != 0 {
+				t.Fatalf("refused file applied %d scopes", m.NumScopes())
 			}
 			return
 		}
-		if m.Len() != n {
-			t.Fatalf("imported %d scopes, holds %d", n, m.Len())
+		if m.NumScopes() != n {
+			t.Fatalf("imported %d scopes, holds %d", n, m.NumScopes())
 		}
 		// Whatever was imported, the scopes still admit: a first request
 		// at once, a second one after at most the largest delay a policy
 		// learns (never "wait for a release" with nothing held).
 		st := m.Stats()
 		for _, ss := range st.Scopes {
-			req, _ := http.NewRequestWithContext(WithScopes(context.Background(), ss.Key), http.MethodGet, "http://x.test/", nil)
+			req, _ := http.NewRequestWithContext(WithScopeKeys(context.Background(), ss.Key), http.MethodGet, "http://x.test/", nil)
 			p, adm, err := m.TryAcquire(req)
 			if err != nil || p == nil {
 				t.Fatalf("scope %q refuses a first request: %v %+v", ss.Key, err, adm)
@@ -168,7 +168,7 @@ func FuzzImport(f *testing.F) {
 // learnOn makes the scope key learn a backoff step (a 503) in m.
 func learnOn(t testing.TB, m *ThrottlingManager, key string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(WithScopes(context.Background(), key), http.MethodGet, "http://x.test/", nil)
+	req, err := http.NewRequestWithContext(WithScopeKeys(context.Background(), key), http.MethodGet, "http://x.test/", nil)
 	require.NoError(t, err)
 	p, adm, err := m.TryAcquire(req)
 	require.NoError(t, err)
@@ -278,7 +278,7 @@ func TestImportAllOrNothingScopeConfig(t *testing.T) {
 	require.NotErrorIs(t, err, ErrImport)
 	require.Contains(t, err.Error(), `"b.test"`)
 	require.Zero(t, n)
-	require.Equal(t, 1, m.Len(), "no scope made")
+	require.Equal(t, 1, m.NumScopes(), "no scope made")
 	require.Empty(t, learnedKeys(m), "no state applied")
 }
 
@@ -302,7 +302,7 @@ func TestImportNeverLosesScopesQuietly(t *testing.T) {
 	require.ErrorIs(t, err, ErrImport)
 	require.ErrorContains(t, err, "MaxScopes")
 	require.Zero(t, n)
-	require.Zero(t, m.Len())
+	require.Zero(t, m.NumScopes())
 
 	cfg.MaxScopes = 1000
 	m = newManager(t, cfg)
@@ -334,7 +334,7 @@ func importedOn(t *testing.T, cfg Config, t0 time.Time, file []byte, key string)
 	m := newManager(t, cfg)
 	_, err := m.Import(bytes.NewReader(file))
 	require.NoError(t, err)
-	req, err := http.NewRequestWithContext(WithScopes(context.Background(), key), http.MethodGet, "http://x.test/", nil)
+	req, err := http.NewRequestWithContext(WithScopeKeys(context.Background(), key), http.MethodGet, "http://x.test/", nil)
 	require.NoError(t, err)
 	return m, clk, req
 }

@@ -188,12 +188,12 @@ func TestHooksCallBackIntoManager(t *testing.T) {
 		callBack := func() {
 			calls.Add(1)
 			_ = m.Stats()
-			_, _ = m.Waiting(), m.Len()
+			_, _ = m.Waiting(), m.NumScopes()
 			var buf bytes.Buffer
 			if err := m.Export(&buf); err != nil {
 				t.Error(err)
 			}
-			req, _ := http.NewRequestWithContext(WithScopes(context.Background(), "other"), http.MethodGet, "http://other.test/", nil)
+			req, _ := http.NewRequestWithContext(WithScopeKeys(context.Background(), "other"), http.MethodGet, "http://other.test/", nil)
 			if p, _, err := m.TryAcquire(req); err == nil && p != nil {
 				p.ReleaseFeedback(Feedback{NoAdjust: true})
 			}

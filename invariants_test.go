@@ -125,7 +125,7 @@ func TestInvariantsMultiScope(t *testing.T) {
 					for _, j := range r.Perm(len(keys))[:n] {
 						mine = append(mine, keys[j])
 					}
-					ctx, cancel := context.WithTimeout(WithScopes(context.Background(), mine...), time.Duration(r.IntN(20))*time.Second)
+					ctx, cancel := context.WithTimeout(WithScopeKeys(context.Background(), mine...), time.Duration(r.IntN(20))*time.Second)
 					p, err := m.Acquire(ctx, get(t, "http://x/"))
 					if err != nil {
 						mu.Lock()

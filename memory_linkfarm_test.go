@@ -115,7 +115,7 @@ func TestLinkFarmGatedHour(t *testing.T) {
 			examined, _, _ := m.evictionWork()
 			examinedAt[hosts] = examined
 		}
-		n := m.Len()
+		n := m.NumScopes()
 		require.LessOrEqual(t, n, limit+held, "after %d hosts", hosts)
 		if hosts == 10_000 || sec%600 == 599 || sec == seconds-1 {
 			d := int64(liveHeap()) - int64(before)
@@ -168,7 +168,7 @@ func TestMaxScopesKeepsHeldAndWaiting(t *testing.T) {
 		require.NoError(t, err)
 		got := make(chan *Permit)
 		go func() {
-			ctx := WithScopes(context.Background(), "held.example", "waiting.example")
+			ctx := WithScopeKeys(context.Background(), "held.example", "waiting.example")
 			q, err := m.Acquire(ctx, get(t, "http://held.example/"))
 			assert.NoError(t, err)
 			got <- q
@@ -178,7 +178,7 @@ func TestMaxScopesKeepsHeldAndWaiting(t *testing.T) {
 		for i := range 10_000 {
 			crawlOnce(t, m, reqs.to("farm", i), Feedback{Status: http.StatusTooManyRequests, Wait: 300 * time.Second, HasWait: true, Backoff: true})
 			if i%100 == 0 {
-				require.LessOrEqual(t, m.Len(), cfg.MaxScopes+2)
+				require.LessOrEqual(t, m.NumScopes(), cfg.MaxScopes+2)
 			}
 		}
 		assert.True(t, m.has("held.example"), "a scope with a permit stays")

@@ -106,7 +106,7 @@ func TestMemoryMillionHosts(t *testing.T) {
 		}
 		debug.SetGCPercent(gc)
 		recent := liveHeap()
-		require.Equal(t, hosts, m.Len())
+		require.Equal(t, hosts, m.NumScopes())
 		perScope := float64(recent-before) / float64(hosts)
 		t.Logf("live heap per recent scope: %.0f B (%d hosts)", perScope, hosts)
 		assert.LessOrEqual(t, perScope, 1024.0)
@@ -121,16 +121,16 @@ func TestMemoryMillionHosts(t *testing.T) {
 		}
 		// An idle scope goes within IdleTimeout and a sweep period.
 		crawlFor(cfg.IdleTimeout + m.sweepPeriod() + 5*time.Second)
-		assert.Equal(t, learned+1, m.Len(), "after IdleTimeout: the learned scopes and the live one")
+		assert.Equal(t, learned+1, m.NumScopes(), "after IdleTimeout: the learned scopes and the live one")
 		assert.True(t, m.has("auto0.example"), "AutoThrottle state outlives IdleTimeout")
 		assert.True(t, m.has("busy0.example"), "backoff state outlives IdleTimeout")
 		delta := int64(liveHeap()) - int64(before)
 		t.Logf("live heap after IdleTimeout: %+d B against the start (%d scopes held, %v of fake time)",
-			delta, m.Len(), time.Since(start).Round(time.Second))
+			delta, m.NumScopes(), time.Since(start).Round(time.Second))
 		assert.Less(t, delta, int64(10<<20))
 
 		crawlFor(cfg.LearnedIdleTimeout - cfg.IdleTimeout)
-		assert.Equal(t, 1, m.Len(), "after LearnedIdleTimeout: the live scope only")
+		assert.Equal(t, 1, m.NumScopes(), "after LearnedIdleTimeout: the live scope only")
 		runtime.KeepAlive(m)
 	})
 }
@@ -154,8 +154,8 @@ func TestMemoryLinkFarm(t *testing.T) {
 		if (i+1)%(hosts/10) == 0 {
 			d := int64(liveHeap()) - int64(before)
 			peak = max(peak, d)
-			t.Logf("%d hosts: %d scopes, live heap %+d B", i+1, m.Len(), d)
-			assert.LessOrEqual(t, m.Len(), limit)
+			t.Logf("%d hosts: %d scopes, live heap %+d B", i+1, m.NumScopes(), d)
+			assert.LessOrEqual(t, m.NumScopes(), limit)
 		}
 	}
 	t.Logf("live heap with MaxScopes %d: at most %+d B over %d hosts (%.0f B per scope of the cap)",

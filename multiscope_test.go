@@ -18,9 +18,9 @@ func TestMultiScopeAllAtOnceNothingHeld(t *testing.T) {
 		cfg := plainConfig()
 		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
 		m := newManager(t, cfg)
-		ctxA := WithScopes(context.Background(), "a")
-		ctxAB := WithScopes(context.Background(), "a", "b")
-		ctxB := WithScopes(context.Background(), "b")
+		ctxA := WithScopeKeys(context.Background(), "a")
+		ctxAB := WithScopeKeys(context.Background(), "a", "b")
+		ctxB := WithScopeKeys(context.Background(), "b")
 		pa, err := m.Acquire(ctxA, get(t, "http://x.example/"))
 		require.NoError(t, err)
 		var admitted atomic.Bool
@@ -66,8 +66,8 @@ func TestSharedScopeNotHeldByOtherScopesWait(t *testing.T) {
 		download.Concurrency, download.Delay = 1, time.Second
 		cfg.Scopes = map[string]ScopeConfig{"api/download": download}
 		m := newManager(t, cfg)
-		ctxDL := WithScopes(context.Background(), "api", "api/download")
-		ctxSearch := WithScopes(context.Background(), "api", "api/search")
+		ctxDL := WithScopeKeys(context.Background(), "api", "api/download")
+		ctxSearch := WithScopeKeys(context.Background(), "api", "api/search")
 		p, err := m.Acquire(ctxDL, get(t, "http://api/download/1"))
 		require.NoError(t, err)
 		p.Release(ok200, nil)

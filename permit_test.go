@@ -53,7 +53,7 @@ func TestReleaseFeedbackCustomManager(t *testing.T) {
 		}
 		cfg.Scopes = map[string]ScopeConfig{"a": custom}
 		m := newManager(t, cfg)
-		req := get(t, "http://x.example/").WithContext(WithScopes(context.Background(), "b", "a"))
+		req := get(t, "http://x.example/").WithContext(WithScopeKeys(context.Background(), "b", "a"))
 		p, err := m.Acquire(req.Context(), req)
 		require.NoError(t, err)
 		p.Release(ok200, nil)

@@ -172,7 +172,7 @@ func TestStoreRefusesCustomAtRunTime(t *testing.T) {
 	_, err = m.Acquire(context.Background(), get(t, "http://func.example/"))
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, `ScopeConfigFunc("func.example").NewManager`, ce.Field)
-	assert.Zero(t, m.Len())
+	assert.Zero(t, m.NumScopes())
 
 	p, err := m.Acquire(context.Background(), get(t, "http://set.example/"))
 	require.NoError(t, err, "the default policy, as before the refused call")

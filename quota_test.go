@@ -114,7 +114,7 @@ func TestQuotaThroughManager(t *testing.T) {
 		credits.Quota, credits.Window = 100, 10*time.Second
 		cfg.Scopes = map[string]ScopeConfig{"credits": credits}
 		m := newManager(t, cfg)
-		ctx := WithScopeCosts(context.Background(), Scope{Key: "api"}, Scope{Key: "credits", Cost: 30})
+		ctx := WithScopes(context.Background(), Scope{Key: "api"}, Scope{Key: "credits", Cost: 30})
 		t0 := time.Now()
 		var starts []time.Duration
 		for range 7 {

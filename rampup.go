@@ -39,7 +39,7 @@ package throttle
 //  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a
 //     window's (a reset two answers a second apart share, no more left),
 //     tried after 30 s; a reset that moves is a hint: B in the slow start.
-// R stays in [1/Backoff.MaxDelay, the slots' and Rampup.MinDelay's cap].
+// R stays in [1/Backoff.MaxDelay, the slots' and Rampup.MaxRate's cap].
 
 import (
 	"math"
@@ -71,9 +71,9 @@ type RampupConfig struct {
 	// apart when they cost more than MaxSignals. Default 1 and 1.
 	// MinSignals must be >= 1, MaxSignals >= MinSignals.
 	MinSignals, MaxSignals int
-	// MinDelay is the least delay between starts: 1/MinDelay caps the
-	// rate. Default 0 (no cap).
-	MinDelay time.Duration
+	// MaxRate caps the start rate, in requests a second. Default 0 (no
+	// cap). Must be >= 0.
+	MaxRate float64
 	// MaxConcurrency caps the slots. Default 0, which means the manager's
 	// GlobalConcurrency.
 	MaxConcurrency int
@@ -92,8 +92,8 @@ func (c RampupConfig) validate(prefix string) error {
 	if c.MaxSignals < c.MinSignals {
 		return &ConfigError{Field: prefix + ".MaxSignals", Reason: "must be >= MinSignals"}
 	}
-	if err := checkDuration(prefix+".MinDelay", c.MinDelay); err != nil {
-		return err
+	if !(c.MaxRate >= 0) || math.IsInf(c.MaxRate, 1) {
+		return &ConfigError{Field: prefix + ".MaxRate", Reason: "must be >= 0 and finite"}
 	}
 	if c.MaxConcurrency < 0 {
 		return &ConfigError{Field: prefix + ".MaxConcurrency", Reason: "must be >= 0"}
@@ -304,15 +304,15 @@ func (r *rampup) minRate(cfg *ScopeConfig) float64 {
 }
 
 // ceiling is the fastest rate rampup may try: 2 % under a rate the
-// server states, 1/Rampup.MinDelay, and what MaxConcurrency slots carry
+// server states, Rampup.MaxRate, and what MaxConcurrency slots carry
 // at the latency seen.
 func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
 	c := float64(rampupMaxRate)
 	if r.stated > 0 {
 		c = r.stated * (1 - rampupEpsilon)
 	}
-	if d := cfg.Rampup.MinDelay; d > 0 {
-		c = min(c, float64(time.Second)/float64(d))
+	if m := cfg.Rampup.MaxRate; m > 0 {
+		c = min(c, m)
 	}
 	if r.lat > 0 {
 		c = min(c, float64(r.maxConc(cfg, globalCap))*float64(time.Second)/float64(r.lat))

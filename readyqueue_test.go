@@ -105,7 +105,7 @@ func TestReadyQueueTieBreaks(t *testing.T) {
 		m := newManager(t, cfg)
 		q := NewReadyQueue(m)
 		costs := func(u string, sc ...Scope) *http.Request {
-			return get(t, u).WithContext(WithScopeCosts(context.Background(), sc...))
+			return get(t, u).WithContext(WithScopes(context.Background(), sc...))
 		}
 		// Spend 4 of small's 10: 6 left.
 		p, _, err := m.TryAcquire(costs("http://warmup/", Scope{Key: "small", Cost: 4}))

@@ -54,7 +54,7 @@ func TestReadyQueueReleaseWakesPop(t *testing.T) {
 				for _, u := range []string{tc.first, tc.second} {
 					req := get(t, u)
 					if tc.scopes != nil {
-						req = req.WithContext(WithScopes(context.Background(), append([]string{req.URL.Host}, tc.scopes...)...))
+						req = req.WithContext(WithScopeKeys(context.Background(), append([]string{req.URL.Host}, tc.scopes...)...))
 					}
 					require.NoError(t, q.Push(req, 0))
 				}

@@ -328,8 +328,8 @@ func (m *ThrottlingManager) forgettable(s *scope, now time.Time) bool {
 	return false
 }
 
-// Len returns the number of scopes the manager holds now.
-func (m *ThrottlingManager) Len() int {
+// NumScopes returns the number of scopes the manager holds now.
+func (m *ThrottlingManager) NumScopes() int {
 	n := 0
 	for i := range m.shards {
 		sh := &m.shards[i]

@@ -32,7 +32,7 @@ func TestIdleScopesForgotten(t *testing.T) {
 		p, err := m.Acquire(context.Background(), get(t, "http://learned.example/"))
 		require.NoError(t, err)
 		p.Release(&http.Response{StatusCode: 429, Header: http.Header{}}, nil)
-		assert.Equal(t, 1001, m.Len())
+		assert.Equal(t, 1001, m.NumScopes())
 		time.Sleep(2 * time.Minute)
 		// New scopes trigger the sweeps, shard by shard.
 		for i := 0; i < 2000; i++ {
@@ -80,7 +80,7 @@ func TestIdleScopesForgottenOnKnownHosts(t *testing.T) {
 			require.NoError(t, err)
 			p.Release(ok200, nil)
 		}
-		assert.Equal(t, 1, m.Len(), "only the live scope is left")
+		assert.Equal(t, 1, m.NumScopes(), "only the live scope is left")
 		for i := range m.shards {
 			sh := &m.shards[i]
 			sh.mu.RLock()
@@ -113,7 +113,7 @@ func TestSweepStepAnyEpoch(t *testing.T) {
 			require.NoError(t, err)
 			p.Release(ok200, nil)
 		}
-		assert.Equal(t, 1, m.Len(), "from %v", start)
+		assert.Equal(t, 1, m.NumScopes(), "from %v", start)
 	}
 }
 
@@ -166,11 +166,11 @@ func TestMaxScopesBoundsALinkFarm(t *testing.T) {
 			require.NoError(t, err)
 			p.Release(ok200, nil)
 			if i%1000 == 0 {
-				peak = max(peak, m.Len())
+				peak = max(peak, m.NumScopes())
 			}
 			time.Sleep(time.Millisecond)
 		}
-		t.Logf("scopes held: %d at the end, %d at most", m.Len(), peak)
+		t.Logf("scopes held: %d at the end, %d at most", m.NumScopes(), peak)
 		assert.LessOrEqual(t, peak, 2000+1)
 		assert.True(t, m.has("held.example"), "a scope with a permit stays")
 		assert.True(t, m.has("farm49999.example"), "the most recent stay")
@@ -221,7 +221,7 @@ func TestMaxScopesBoundsGatedScopes(t *testing.T) {
 		reqs := newHostRequests()
 		for sec := range 20 {
 			farmStep(t, m, reqs, "farm", sec*1000, 1000, retryAfter300)
-			require.LessOrEqual(t, m.Len(), limit, "after %d hosts", (sec+1)*1000)
+			require.LessOrEqual(t, m.NumScopes(), limit, "after %d hosts", (sec+1)*1000)
 			clk.t = clk.t.Add(time.Second)
 		}
 	}
@@ -238,7 +238,7 @@ func TestMaxScopesFrozenClockDefaultDelay(t *testing.T) {
 	for i := range 20_000 {
 		farmStep(t, m, reqs, "h", i, 1, func() *http.Response { return ok200 })
 		if i%1000 == 999 {
-			require.LessOrEqual(t, m.Len(), 1000, "after %d hosts", i+1)
+			require.LessOrEqual(t, m.NumScopes(), 1000, "after %d hosts", i+1)
 		}
 	}
 }

@@ -345,7 +345,7 @@ func TestRobotsFetchUsesHostScopesNotContextScopes(t *testing.T) {
 			credits.Quota = 5
 			c.Scopes = map[string]ScopeConfig{"credits": credits}
 		})
-		ctx := WithScopeCosts(context.Background(), Scope{Key: "credits", Cost: 5})
+		ctx := WithScopes(context.Background(), Scope{Key: "credits", Cost: 5})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.example/x", nil)
 		resp, err := (&http.Client{Transport: m.Transport(site)}).Do(req)
 		require.NoError(t, err)

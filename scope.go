@@ -75,10 +75,10 @@ type Admission struct {
 // reaches a ScopeManager only if its Start made one. A plain value: copy it
 // freely, but don't change it while another goroutine reads it.
 type Ticket struct {
-	Slot   int       // the slot the request holds
-	Cost   int64     // the cost counted at admission
-	Window int64     // the quota window the cost was counted in
-	Start  time.Time // when the request started
+	Slot        int       // the slot the request holds
+	Cost        int64     // the cost counted at admission
+	WindowIndex int64     // which quota window the cost was counted in (0 from the scope's first start)
+	Start       time.Time // when the request started
 }
 
 // Idleness tells whether a scope holds anything worth keeping. The zero
@@ -267,7 +267,7 @@ func (s *defaultScope) setRobotsDelay(d time.Duration) {
 // answer to the configured pace.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	now = s.adm.Latest(now) // as in Admit
-	t.Slot, t.Window = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
@@ -454,7 +454,7 @@ func (s *defaultScope) begin(t *Ticket, now time.Time, cost int64, robots bool) 
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	now = s.adm.Latest(now) // as in Admit
-	t.Slot, t.Window = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
 	s.backoffJitter = s.lim.GapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
@@ -516,7 +516,7 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
 	s.adm.Finish(t.Slot)
 	if s.cfg.Quota > 0 {
 		delta, floor := quotaCorrection(s.key, s.cfg.Quota, &t, fb)
-		s.adm.Quota.Correct(now, s.cfg.Window, t.Window, delta, floor)
+		s.adm.Quota.Correct(now, s.cfg.Window, t.WindowIndex, delta, floor)
 	}
 	s.learn(now, t, fb)
 }

@@ -56,7 +56,7 @@ func TestTicketFields(t *testing.T) {
 	cfg.SlotDelay = 0
 	d := NewDefaultScopeManager(ScopeParams{Key: "a", Config: cfg}).(*defaultScope)
 	now := time.Now()
-	tk := Ticket{Slot: 7, Cost: 9, Window: 3, Start: now.Add(-time.Hour)} // a used ticket
+	tk := Ticket{Slot: 7, Cost: 9, WindowIndex: 3, Start: now.Add(-time.Hour)} // a used ticket
 	d.start(&tk, now, 2)
 	assert.Equal(t, Ticket{Slot: -1, Cost: 2, Start: now}, tk)
 	assert.Equal(t, tk, d.Start(now, 2), "Start is start in place")

@@ -118,12 +118,12 @@ type scopesKey struct{}
 // noScopes, stored under scopesKey, hides the scopes of a parent context.
 type noScopes struct{}
 
-// WithScopes returns a context whose requests are throttled by exactly the
-// given scope keys (cost 1 each) instead of what the Scoper says. The scopes
-// persist across the redirect hops of a request made with this context. To
-// add a key to every request's scopes instead, set Config.Scoper to
-// AddScopeKey.
-func WithScopes(ctx context.Context, keys ...string) context.Context {
+// WithScopeKeys returns a context whose requests are throttled by exactly
+// the given scope keys (cost 1 each) instead of what the Scoper says:
+// WithScopes with Scopes of those keys. The scopes persist across the
+// redirect hops of a request made with this context. To add a key to
+// every request's scopes instead, set Config.Scoper to AddScopeKey.
+func WithScopeKeys(ctx context.Context, keys ...string) context.Context {
 	s := make([]Scope, len(keys))
 	for i, k := range keys {
 		s[i] = Scope{Key: k}
@@ -131,14 +131,17 @@ func WithScopes(ctx context.Context, keys ...string) context.Context {
 	return context.WithValue(ctx, scopesKey{}, s)
 }
 
-// WithScopeCosts is WithScopes with a cost per scope. The two stay apart so
-// that the common call names keys only: WithScopes(ctx, "api").
-func WithScopeCosts(ctx context.Context, scopes ...Scope) context.Context {
+// WithScopes returns a context whose requests are throttled by exactly the
+// given scopes, each with its cost, instead of what the Scoper says. The
+// scopes persist across the redirect hops of a request made with this
+// context. Names that end in Keys take keys, those that end in Scopes take
+// Scopes: WithScopeKeys(ctx, "api") is WithScopes(ctx, Scope{Key: "api"}).
+func WithScopes(ctx context.Context, scopes ...Scope) context.Context {
 	return context.WithValue(ctx, scopesKey{}, append([]Scope(nil), scopes...))
 }
 
 // ScopesFromContext returns the scopes attached by WithScopes or
-// WithScopeCosts, and whether there were any.
+// WithScopeKeys, and whether there were any.
 func ScopesFromContext(ctx context.Context) ([]Scope, bool) {
 	if ctx == nil {
 		return nil, false

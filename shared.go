@@ -221,7 +221,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 		}
 		if ans.Admitted && i < len(ans.Tickets) {
 			t := ans.Tickets[i]
-			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, Window: t.Window, Start: ans.Now}
+			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, WindowIndex: t.WindowIndex, Start: ans.Now}
 			h.s.started(p.robotsFetch)
 		}
 	}
@@ -411,7 +411,7 @@ func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedba
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
 		rs.Key, rs.Version = h.s.key, h.s.pol.version()
-		rs.Ticket = store.Ticket{Slot: h.ticket.Slot, Window: h.ticket.Window}
+		rs.Ticket = store.Ticket{Slot: h.ticket.Slot, WindowIndex: h.ticket.WindowIndex}
 		var before policySnap
 		if watch {
 			before, _ = h.s.pol.snap()

@@ -130,13 +130,13 @@ func (st *stressRun) request(pl stressReqPlan) {
 	}
 	var scoped context.Context
 	if pl.withCost {
-		scoped = WithScopeCosts(ctx, pl.scopes...)
+		scoped = WithScopes(ctx, pl.scopes...)
 	} else {
 		keys := make([]string, len(pl.scopes))
 		for i, s := range pl.scopes {
 			keys[i] = s.Key
 		}
-		scoped = WithScopes(ctx, keys...)
+		scoped = WithScopeKeys(ctx, keys...)
 	}
 	req, err := http.NewRequest(http.MethodGet, "http://stress.test/", nil)
 	if err != nil {

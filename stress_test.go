@@ -442,7 +442,7 @@ func (st *stressRun) liveness(t *testing.T) {
 		giveUp := time.Now().Add(4 * time.Hour)
 		var why Reason
 		for {
-			req, _ := http.NewRequestWithContext(WithScopes(context.Background(), sc.key), http.MethodGet, "http://stress.test/", nil)
+			req, _ := http.NewRequestWithContext(WithScopeKeys(context.Background(), sc.key), http.MethodGet, "http://stress.test/", nil)
 			p, adm, err := st.m.TryAcquire(req)
 			if err != nil {
 				t.Fatalf("liveness: %s: %v", sc.key, err)

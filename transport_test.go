@@ -200,7 +200,7 @@ func TestTransportRedirectHops(t *testing.T) {
 		// With context scopes, every hop uses them.
 		hops = nil
 		t0 = time.Now()
-		req, _ := http.NewRequestWithContext(WithScopes(context.Background(), "pinned"), http.MethodGet, "http://x.example/a", nil)
+		req, _ := http.NewRequestWithContext(WithScopeKeys(context.Background(), "pinned"), http.MethodGet, "http://x.example/a", nil)
 		resp, err = client.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()

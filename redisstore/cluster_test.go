@@ -86,7 +86,7 @@ func scopesOn(t *testing.T, c *redistest.Cluster, store *redisstore.Store, name 
 // scoped returns a request whose one scope is scope.
 func scoped(t testing.TB, ctx context.Context, scope string) *http.Request {
 	t.Helper()
-	r, err := http.NewRequestWithContext(throttle.WithScopes(ctx, scope), http.MethodGet, "http://cluster.test/", nil)
+	r, err := http.NewRequestWithContext(throttle.WithScopeKeys(ctx, scope), http.MethodGet, "http://cluster.test/", nil)
 	require.NoError(t, err)
 	return r
 }

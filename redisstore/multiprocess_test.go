@@ -127,7 +127,7 @@ func limitsRequest(ctx context.Context, m *throttle.ThrottlingManager, client *h
 	var scope string
 	if len(spec.Scopes) > 0 {
 		scope = spec.Scopes[i%len(spec.Scopes)]
-		ctx = throttle.WithScopes(ctx, scope)
+		ctx = throttle.WithScopeKeys(ctx, scope)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.URL, nil)
 	if err != nil {
@@ -851,7 +851,7 @@ func TestKeysStayInsidePrefix(t *testing.T) {
 		"*", "?", "[a-z]", "with space", " ", "|", ":l", "pfx:", "ünïcödé", "\xff\xfe"}
 	var ps []*throttle.Permit
 	for _, sc := range scopes {
-		ctx, cancel := context.WithTimeout(throttle.WithScopes(context.Background(), sc), 5*time.Second)
+		ctx, cancel := context.WithTimeout(throttle.WithScopeKeys(context.Background(), sc), 5*time.Second)
 		p, err := m.Acquire(ctx, getReq(t, "http://ignored.test/"))
 		cancel()
 		require.NoError(t, err, "scope %q", sc)

@@ -68,7 +68,7 @@ func TestOneRoundTripEach(t *testing.T) {
 	client.AddHook(hook)
 	m := sharedManager(t, s, nil, nil)
 	r := req(t, "rt.test")
-	r = r.WithContext(throttle.WithScopes(r.Context(), "rt.test", "api", "cost"))
+	r = r.WithContext(throttle.WithScopeKeys(r.Context(), "rt.test", "api", "cost"))
 	ctx := context.Background()
 	// The first Acquire also subscribes to the release channel, once for
 	// the store's lifetime: warm up with it.

@@ -622,7 +622,7 @@ func (s *Store) admit(caller context.Context, req *store.Request, scopes []store
 	for i := range scopes {
 		r := res[5+4*i:]
 		if ans.Admitted {
-			ans.Tickets[i] = store.Ticket{Slot: int(toInt(r[0])), Window: toInt(r[1])}
+			ans.Tickets[i] = store.Ticket{Slot: int(toInt(r[0])), WindowIndex: toInt(r[1])}
 			held.keys = append(held.keys, c.key(i))
 			held.slots = append(held.slots, ans.Tickets[i].Slot)
 		}
@@ -773,7 +773,7 @@ func (s *Store) releaseCall(lease string, scopes []store.ReleaseScope, waited bo
 		if len(rs.Data) > 0 {
 			data = rs.Data
 		}
-		c.args = append(c.args, s.keyArgs(rs.Key).scopeArg, intArg(int64(rs.Ticket.Slot)), rs.Ticket.Window, gate, rs.QuotaDelta,
+		c.args = append(c.args, s.keyArgs(rs.Key).scopeArg, intArg(int64(rs.Ticket.Slot)), rs.Ticket.WindowIndex, gate, rs.QuotaDelta,
 			intArg(rs.QuotaFloor), us(rs.QuotaWindow), learned, rs.Version, data, us(rs.Delay), max(rs.Concurrency, 1))
 	}
 	return c
@@ -804,7 +804,7 @@ func (s *Store) giveBack(cmd *redis.Cmd, lease string, scopes []store.Scope) *ca
 	for i := range scopes {
 		sc := &scopes[i]
 		r := res[5+4*i:]
-		rel[i] = store.ReleaseScope{Key: sc.Key, Ticket: store.Ticket{Slot: int(toInt(r[0])), Window: toInt(r[1])},
+		rel[i] = store.ReleaseScope{Key: sc.Key, Ticket: store.Ticket{Slot: int(toInt(r[0])), WindowIndex: toInt(r[1])},
 			QuotaDelta: -sc.Cost, QuotaFloor: -1, QuotaWindow: sc.Window}
 	}
 	return s.releaseCall(lease, rel, false)

@@ -51,7 +51,7 @@ func hostileManager(t *testing.T) (*throttle.ThrottlingManager, http.Handler) {
 	q := throttle.NewReadyQueue(m)
 	h := Handler(m, WithQueue(`<script>alert("queue")</script>`, q))
 	for _, key := range hostileKeys {
-		ctx := throttle.WithScopes(context.Background(), key)
+		ctx := throttle.WithScopeKeys(context.Background(), key)
 		for _, status := range []int{200, 429} {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://evil.example/", nil)
 			p, _, err := m.TryAcquire(req)

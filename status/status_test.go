@@ -38,7 +38,7 @@ const evilKey = `<script>alert(1)</script>`
 //	limited.example  a 429 with Retry-After: 30 (server gate)
 //	auto.example     AutoThrottle on, a 300 ms response
 //	ok.example       one 200
-//	evilKey          one 200 (throttle.WithScopes)
+//	evilKey          one 200 (throttle.WithScopeKeys)
 //
 // stop cancels the waiters and releases the permits. It runs on the real
 // clock or inside a synctest bubble.
@@ -91,7 +91,7 @@ func statusScene(t testing.TB) (m *throttle.ThrottlingManager, stop func()) {
 	release(acquire(ctx, "http://limited.example/"), 429, http.Header{"Retry-After": {"30"}}, 80*time.Millisecond)
 	release(acquire(ctx, "http://auto.example/"), 200, nil, 300*time.Millisecond)
 	release(acquire(ctx, "http://ok.example/"), 200, nil, 120*time.Millisecond)
-	release(acquire(throttle.WithScopes(ctx, evilKey), "http://evil.example/"), 200, nil, 45*time.Millisecond)
+	release(acquire(throttle.WithScopeKeys(ctx, evilKey), "http://evil.example/"), 200, nil, 45*time.Millisecond)
 	return m, func() {
 		cancel()
 		wg.Wait()

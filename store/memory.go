@@ -293,7 +293,7 @@ func minTime(a, b time.Time) time.Time {
 func (st *memScope) start(now time.Time, lease string, sc *Scope) Ticket {
 	l := st.limits(sc)
 	var t Ticket
-	t.Slot, t.Window = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	t.Slot, t.WindowIndex = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
 	st.leases[lease] = memLease{slot: t.Slot}
 	st.jitter = sc.Jitter
 	return t
@@ -362,7 +362,7 @@ func (ms *Memory) Release(ctx context.Context, rel *Release) (ReleaseAnswer, err
 		}
 		st.adm.SetGate(rs.Gate)
 		if st.adm.Quota.Set && rs.QuotaWindow > 0 && (rs.QuotaDelta != 0 || rs.QuotaFloor >= 0) {
-			st.adm.Quota.Correct(now, rs.QuotaWindow, rs.Ticket.Window, rs.QuotaDelta, rs.QuotaFloor)
+			st.adm.Quota.Correct(now, rs.QuotaWindow, rs.Ticket.WindowIndex, rs.QuotaDelta, rs.QuotaFloor)
 		}
 		if rs.Learned {
 			st.saneVersion()

@@ -200,8 +200,8 @@ const (
 // value: copy it freely, but don't change it while another goroutine reads
 // it.
 type Ticket struct {
-	Slot   int   // the slot taken, -1 without SlotDelay
-	Window int64 // the quota window the cost was counted in
+	Slot        int   // the slot taken, -1 without SlotDelay
+	WindowIndex int64 // the quota window the cost was counted in
 }
 
 // Learned is a scope's learned state as a Store holds it. The zero value,

@@ -307,7 +307,7 @@ func testQuota(t *testing.T, p *pair) {
 	}))
 	costly := func(n int64) *http.Request {
 		r := req(t, "api.test")
-		return r.WithContext(throttle.WithScopeCosts(r.Context(), throttle.Scope{Key: "api", Cost: n}))
+		return r.WithContext(throttle.WithScopes(r.Context(), throttle.Scope{Key: "api", Cost: n}))
 	}
 	t0 := p.clock.Now()
 	a := mustTry(t, w1, costly(2))
@@ -328,11 +328,11 @@ func testQuota(t *testing.T, p *pair) {
 func testMultiScope(t *testing.T, p *pair) {
 	w1, w2 := p.workers(config(func(sc *throttle.ScopeConfig) { sc.Delay = time.Second }))
 	both := req(t, "a.test")
-	both = both.WithContext(throttle.WithScopes(both.Context(), "a", "b"))
+	both = both.WithContext(throttle.WithScopeKeys(both.Context(), "a", "b"))
 	onlyB := req(t, "b.test")
-	onlyB = onlyB.WithContext(throttle.WithScopes(onlyB.Context(), "b"))
+	onlyB = onlyB.WithContext(throttle.WithScopeKeys(onlyB.Context(), "b"))
 	onlyA := req(t, "a.test")
-	onlyA = onlyA.WithContext(throttle.WithScopes(onlyA.Context(), "a"))
+	onlyA = onlyA.WithContext(throttle.WithScopeKeys(onlyA.Context(), "a"))
 	held := mustTry(t, w1, onlyB)
 	// b is busy: the two-scope request is refused and takes nothing in a.
 	mustRefuse(t, w2, both, throttle.ReasonConcurrency, time.Time{})

@@ -6,7 +6,7 @@
 // rendering, 5 when it needed a premium proxy; the price is known only
 // afterwards, from the X-Actual-Cost response header.
 //
-// Each request is sent in two scopes with throttle.WithScopeCosts: the
+// Each request is sent in two scopes with throttle.WithScopes: the
 // API's host (cost 1) and "credits" with the worst-case estimate, Cost 5.
 // Config.Scopes["credits"] has Quota 100 per Window 10s, so a request
 // starts only when its estimate still fits in the window.
@@ -237,7 +237,7 @@ func extract(ctx context.Context, client *http.Client, key string, page int) err
 	u := "http://" + apiHost + "/v1/extract?" + url.Values{"url": {target}, "page": {strconv.Itoa(page)}}.Encode()
 	// Exactly these scopes, instead of the Scoper's: the host (cost 1) and
 	// the credits, at the worst-case estimate.
-	ctx = throttle.WithScopeCosts(ctx,
+	ctx = throttle.WithScopes(ctx,
 		throttle.Scope{Key: apiHost},
 		throttle.Scope{Key: "credits", Cost: estimateCost})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -260,7 +260,7 @@ func extract(ctx context.Context, client *http.Client, key string, page int) err
 }
 
 func printTable(out io.Writer, res result) {
-	fmt.Fprintf(out, "Scopes[\"credits\"]: Quota %d per Window %v; each request declares Cost %d (WithScopeCosts);\n", quota, res.Window, estimateCost)
+	fmt.Fprintf(out, "Scopes[\"credits\"]: Quota %d per Window %v; each request declares Cost %d (WithScopes);\n", quota, res.Window, estimateCost)
 	fmt.Fprintf(out, "the API charges 1, 2 or 5 credits and says so in X-Actual-Cost\n\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "account\twindow\trequests\testimated credits\tcharged credits\tarrivals (into window)")

@@ -49,7 +49,7 @@ func request(t testing.TB, url string, scopes ...string) *http.Request {
 	t.Helper()
 	ctx := context.Background()
 	if len(scopes) > 0 {
-		ctx = throttle.WithScopes(ctx, scopes...)
+		ctx = throttle.WithScopeKeys(ctx, scopes...)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -475,12 +475,12 @@ throttle.scope.responses{throttle.scope=other,throttle.status_class=2xx} counter
 	// Every scope but s9, which is kept busy, is forgotten: "other" keeps
 	// its counts, and so do the totals.
 	extra := 0
-	for ; m.Len() > 1 && extra < 5000; extra++ {
+	for ; m.NumScopes() > 1 && extra < 5000; extra++ {
 		clock.Advance(50 * time.Millisecond)
 		fetch(t, m, request(t, "http://s9.example/"), 200)
 	}
-	if m.Len() != 1 {
-		t.Fatalf("%d scopes left after %d fetches, want 1", m.Len(), extra)
+	if m.NumScopes() != 1 {
+		t.Fatalf("%d scopes left after %d fetches, want 1", m.NumScopes(), extra)
 	}
 	got = r.points(t)
 	if v := find(got, "throttle.scope.requests", "throttle.scope=other"); v != "95" {

@@ -48,7 +48,7 @@ func request(t testing.TB, url string, scopes ...string) *http.Request {
 	t.Helper()
 	ctx := context.Background()
 	if len(scopes) > 0 {
-		ctx = throttle.WithScopes(ctx, scopes...)
+		ctx = throttle.WithScopeKeys(ctx, scopes...)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -453,12 +453,12 @@ throttle_scope_requests_total{scope="s9.example"} 10
 	// Every scope but s9, which is kept busy, is forgotten: "other" keeps
 	// its counts, and so do the totals.
 	extra := 0
-	for ; m.Len() > 1 && extra < 5000; extra++ {
+	for ; m.NumScopes() > 1 && extra < 5000; extra++ {
 		clock.Advance(50 * time.Millisecond)
 		fetch(t, m, request(t, "http://s9.example/"), 200)
 	}
-	if m.Len() != 1 {
-		t.Fatalf("%d scopes left after %d fetches, want 1", m.Len(), extra)
+	if m.NumScopes() != 1 {
+		t.Fatalf("%d scopes left after %d fetches, want 1", m.NumScopes(), extra)
 	}
 	mfs = gather(t, reg)
 	if v, _ := value(mfs, "throttle_scope_requests_total", "other"); v != 95 {
