@@ -294,6 +294,27 @@ func BenchmarkClientTransport(b *testing.B) {
 	benchClient(b, func(rt http.RoundTripper) http.RoundTripper { return m.Transport(rt) })
 }
 
+// BenchmarkClientTransportRobots is BenchmarkClientTransport with
+// robots.txt on, as DefaultConfig has it: the origin's robots.txt (a 404,
+// allowing everything) is fetched once, then every request checks that
+// it is still fresh. scripts/pathfiles.sh profiles this one.
+func BenchmarkClientTransportRobots(b *testing.B) {
+	cfg := benchConfig()
+	cfg.Robots.Enabled = true
+	m, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ok := okRT()
+	rt := fakeRT(func(req *http.Request) (*http.Response, error) {
+		if req.URL.Path == "/robots.txt" {
+			return &http.Response{StatusCode: 404, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+		}
+		return ok.RoundTrip(req)
+	})
+	benchRoundTrips(b, (&http.Client{Transport: m.Transport(rt)}).Do)
+}
+
 func benchClient(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 	benchRoundTrips(b, (&http.Client{Transport: wrap(okRT())}).Do)
 }

@@ -88,52 +88,11 @@ func limitRedirects(req *http.Request, via []*http.Request) error {
 
 var errTooManyRedirects = errors.New("throttle: robots.txt: more than 5 redirects")
 
-// origin identifies a robots.txt: scheme, host and port. A struct key, so
-// looking it up allocates nothing.
-type origin struct {
-	https bool
-	host  string // as in the URL, with its port if any
-}
-
 func (o origin) String() string {
 	if o.https {
 		return "https://" + o.host
 	}
 	return "http://" + o.host
-}
-
-// originOf returns req's origin; ok=false when robots.txt does not apply
-// (not http or https).
-func originOf(req *http.Request) (origin, bool) {
-	u := req.URL
-	if u == nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return origin{}, false
-	}
-	return origin{https: u.Scheme == "https", host: u.Host}, true
-}
-
-// viaTransport is the context a request of the Transport t is admitted
-// with when a robots.txt fetch the request starts goes through t
-// (fetchesVia), so through t's base RoundTripper (its proxy, TLS and
-// dialer settings), as the request itself will be sent. The admission
-// path (acquire) knows nothing of Transports: it hands the context on,
-// and only start, which makes a fetch, reads t back (transportOf). The
-// Transport keeps it in the allocation it makes anyway for its latency
-// trace (Transport.admission), so it costs no allocation of its own.
-type viaTransport struct {
-	context.Context
-	t *Transport
-}
-
-// viaTransportKey is the context key under which viaTransport answers t.
-type viaTransportKey struct{}
-
-// Value answers t for viaTransportKey, and the request's values otherwise.
-func (v *viaTransport) Value(key any) any {
-	if key == (viaTransportKey{}) {
-		return v.t
-	}
-	return v.Context.Value(key)
 }
 
 // transportOf returns the Transport of c's manager that ctx came through
@@ -143,71 +102,6 @@ func (c *robotsCache) transportOf(ctx context.Context) *Transport {
 		return t
 	}
 	return nil
-}
-
-// fresh reports whether the origin has a robots.txt fresh at now.
-func (c *robotsCache) fresh(key origin, now time.Time) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	e := c.origins[key]
-	return e != nil && e.ready && now.Before(e.expires)
-}
-
-// lockStale returns key's entry at now, with c.mu locked, unless it is
-// fresh (fresh true, c.mu not held): nil, an entry whose fetch is in
-// progress (not ready) or an expired one.
-func (c *robotsCache) lockStale(key origin, now time.Time) (e *robotsEntry, fresh bool) {
-	if c.fresh(key, now) { // the common case, under the read lock
-		return nil, true
-	}
-	c.mu.Lock()
-	e = c.origins[key]
-	if e != nil && e.ready && now.Before(e.expires) {
-		c.mu.Unlock()
-		return nil, true
-	}
-	return e, false
-}
-
-// ensure makes sure req's origin has a robots.txt that is fresh or being
-// fetched, starting the fetch if no one else has, and waits for it as long
-// as ctx allows (a caller that did not start it, at most FetchTimeout). The
-// fetch is no caller's: it runs on its own goroutine, with ctx's values but
-// not its cancellation or deadline, bounded by FetchTimeout, so a caller
-// that leaves does not make it fail for the others. A request of a
-// Transport fetches through that Transport (see viaTransport). It reports
-// whether it waited (so the caller's now is stale, and ctx may have ended:
-// the caller checks).
-func (c *robotsCache) ensure(ctx context.Context, req *http.Request, now time.Time) (waited bool) {
-	key, ok := originOf(req)
-	if !ok {
-		return false
-	}
-	e, fresh := c.lockStale(key, now)
-	switch {
-	case fresh:
-		return false
-	case e != nil && !e.ready: // someone is fetching: wait a bounded time
-		done := e.done
-		c.mu.Unlock()
-		t := c.m.clock.NewTimer(c.cfg.FetchTimeout)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		case <-t.C():
-		}
-		return true
-	}
-	ne := c.newEntryLocked(key, hostOf(req), e)
-	c.mu.Unlock()
-	run := c.start(ctx, req, key, ne, true)
-	select { // the fetch ends by FetchTimeout
-	case <-ne.done:
-	case <-ctx.Done():
-	}
-	run.leave()
-	return true
 }
 
 // newEntryLocked files a new entry for key, of the host scope host (""

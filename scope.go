@@ -563,7 +563,9 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 	// success with rampup and AutoThrottle off changes none unless it
 	// ends an outage, and most responses are that: refresh is skipped.
 	moved := a.signal || s.cfg.Rampup.Enabled || s.cfg.AutoThrottle.Enabled
-	a.rampup = s.rampup.onAnswer(now, &s.cfg, &a)
+	if s.rampup != nil { // off: the answer is backoff's (rampupLeft, the zero verdict)
+		a.rampup = s.rampup.onAnswer(now, &s.cfg, &a)
+	}
 	if a.rampup == rampupOutage {
 		// Backoff returns to the pace rampup resumes at, not to the
 		// halved one of its last answers.
@@ -573,7 +575,9 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 	if s.backoff.onAnswer(now, &s.cfg, &a) {
 		moved = true
 	}
-	s.auto.onAnswer(now, &s.cfg, &a)
+	if s.cfg.AutoThrottle.Enabled {
+		s.auto.onAnswer(now, &s.cfg, &a)
+	}
 	if moved {
 		s.refresh()
 	}

@@ -225,3 +225,27 @@ func (t *Transport) setRedirectGate(req *http.Request, resp *http.Response, at t
 	t.redir[loc.String()] = at
 	t.redirN.Store(int32(len(t.redir)))
 }
+
+// viaTransport is the context a request of the Transport t is admitted
+// with when a robots.txt fetch the request starts goes through t
+// (fetchesVia), so through t's base RoundTripper (its proxy, TLS and
+// dialer settings), as the request itself will be sent. The admission
+// path (acquire) knows nothing of Transports: it hands the context on,
+// and only start, which makes a fetch, reads t back (transportOf). The
+// Transport keeps it in the allocation it makes anyway for its latency
+// trace (Transport.admission), so it costs no allocation of its own.
+type viaTransport struct {
+	context.Context
+	t *Transport
+}
+
+// viaTransportKey is the context key under which viaTransport answers t.
+type viaTransportKey struct{}
+
+// Value answers t for viaTransportKey, and the request's values otherwise.
+func (v *viaTransport) Value(key any) any {
+	if key == (viaTransportKey{}) {
+		return v.t
+	}
+	return v.Context.Value(key)
+}
