@@ -106,10 +106,11 @@ func (s *defaultScope) takePanic() *ScopeManagerPanic { return nil }
 
 // policyOf adapts the ScopeManager a factory made for the scope key to
 // the coordinator's interface: the default policy is one already; any
-// other is wrapped in custom.
-func policyOf(mgr ScopeManager, key string) policy {
+// other is wrapped in custom, and guarded says so (its panics are kept, to
+// be raised once the manager's locks are released).
+func policyOf(mgr ScopeManager, key string) (_ policy, guarded bool) {
 	if p, ok := mgr.(policy); ok {
-		return p
+		return p, false
 	}
-	return &custom{mgr: mgr, key: key}
+	return &custom{mgr: mgr, key: key}, true
 }

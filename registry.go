@@ -281,8 +281,9 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 	if f == nil {
 		f = m.factory
 	}
-	s := &scope{key: key, pol: policyOf(f(p), key), explicit: explicit, lastUsed: now.UnixNano()}
-	if _, ok := s.pol.(*custom); ok {
+	pol, guarded := policyOf(f(p), key)
+	s := &scope{key: key, pol: pol, explicit: explicit, lastUsed: now.UnixNano()}
+	if guarded {
 		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}
 	m.created(s, &cfg) // observers.go: robots.txt's delay for the host
