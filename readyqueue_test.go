@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -366,4 +367,170 @@ func BenchmarkReadyQueue(b *testing.B) {
 	if n := q.Len(); n != 2*hosts {
 		b.Fatalf("queue holds %d requests, want %d", n, 2*hosts)
 	}
+}
+
+// heapFrontier is the ReadyQueue a crawler writes by hand with
+// container/heap: each host's requests in a FIFO, the hosts that have
+// requests and no request in flight in a heap ordered by when their delay
+// next lets them start, one start a second each. It is
+// BenchmarkReadyQueueVsHeap's baseline: the same ordering, without scopes,
+// robots.txt, priorities or permits.
+type heapFrontier struct {
+	hosts map[string]*frontierHost
+	heap  frontierHeap
+	delay time.Duration
+}
+
+type frontierHost struct {
+	reqs []*http.Request
+	next time.Time // no start before
+	busy bool      // a request of the host is in flight
+	idx  int       // in the heap; -1 when not
+}
+
+type frontierHeap []*frontierHost
+
+func (h frontierHeap) Len() int           { return len(h) }
+func (h frontierHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h frontierHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx, h[j].idx = i, j }
+func (h *frontierHeap) Push(x any)        { e := x.(*frontierHost); e.idx = len(*h); *h = append(*h, e) }
+func (h *frontierHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h, e.idx = old[:len(old)-1], -1
+	return e
+}
+
+func (f *heapFrontier) push(req *http.Request) {
+	e := f.hosts[req.URL.Host]
+	if e == nil {
+		e = &frontierHost{idx: -1}
+		f.hosts[req.URL.Host] = e
+	}
+	e.reqs = append(e.reqs, req)
+	if !e.busy && e.idx < 0 {
+		heap.Push(&f.heap, e)
+	}
+}
+
+// pop returns the request that may start at now, or when one may.
+func (f *heapFrontier) pop(now time.Time) (*http.Request, *frontierHost, time.Time) {
+	if len(f.heap) == 0 {
+		return nil, nil, time.Time{}
+	}
+	e := f.heap[0]
+	if e.next.After(now) {
+		return nil, nil, e.next
+	}
+	heap.Pop(&f.heap)
+	req := e.reqs[0]
+	e.reqs[0] = nil
+	e.reqs = e.reqs[1:]
+	e.busy, e.next = true, now.Add(f.delay)
+	return req, e, time.Time{}
+}
+
+func (f *heapFrontier) release(e *frontierHost) {
+	e.busy = false
+	if len(e.reqs) > 0 {
+		heap.Push(&f.heap, e)
+	}
+}
+
+// BenchmarkReadyQueueVsHeap runs BenchmarkReadyQueue's crawl (20,000
+// hosts at one start a second, two requests queued a host, batches of
+// 1,000 pops whose requests hold their host until the batch ends) on a
+// ReadyQueue and on heapFrontier, in alternating batches of the same run,
+// and reports the pops' time on each and their ratio.
+func BenchmarkReadyQueueVsHeap(b *testing.B) {
+	const hosts, batch = 20000, 1000
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &stepClock{t: start}
+	cfg := benchConfig()
+	cfg.Clock = clock
+	cfg.Default.Delay = time.Second
+	m, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := benchRequests(b, hosts)
+	q := NewReadyQueue(m)
+	f := &heapFrontier{hosts: make(map[string]*frontierHost), delay: time.Second}
+	for range 2 {
+		for _, req := range reqs {
+			if err := q.Push(req, 0); err != nil {
+				b.Fatal(err)
+			}
+			f.push(req)
+		}
+	}
+	step := time.Second / hosts
+	fnow := start
+	var qT, fT time.Duration
+	held := make([]*Permit, 0, batch)
+	fheld := make([]*frontierHost, 0, batch)
+	qnext, fnext := 0, 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		k := min(batch, b.N-done)
+		for range k {
+			if err := q.Push(reqs[qnext], 0); err != nil {
+				b.Fatal(err)
+			}
+			qnext = (qnext + 1) % hosts
+		}
+		t := time.Now()
+		for range k {
+			clock.t = clock.t.Add(step)
+			for {
+				_, p, at, err := q.TryPop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if p != nil {
+					held = append(held, p)
+					break
+				}
+				if at.IsZero() {
+					b.Fatal("nothing to pop")
+				}
+				clock.t = at
+			}
+		}
+		for _, p := range held {
+			p.Release(ok200, nil)
+		}
+		held = held[:0]
+		qT += time.Since(t)
+
+		for range k {
+			f.push(reqs[fnext])
+			fnext = (fnext + 1) % hosts
+		}
+		t = time.Now()
+		for range k {
+			fnow = fnow.Add(step)
+			for {
+				req, e, at := f.pop(fnow)
+				if req != nil {
+					fheld = append(fheld, e)
+					break
+				}
+				if at.IsZero() {
+					b.Fatal("nothing to pop")
+				}
+				fnow = at
+			}
+		}
+		for _, e := range fheld {
+			f.release(e)
+		}
+		fheld = fheld[:0]
+		fT += time.Since(t)
+		done += k
+	}
+	b.ReportMetric(float64(qT.Nanoseconds())/float64(b.N), "queue-pop-ns/op")
+	b.ReportMetric(float64(fT.Nanoseconds())/float64(b.N), "heap-pop-ns/op")
+	b.ReportMetric(float64(qT)/float64(max(fT, 1)), "ratio")
 }
