@@ -77,8 +77,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNilRequest
 	}
 	ctx := req.Context()
-	actx, lt := t.admission(ctx)
-	p, err := t.m.acquire(actx, req, t.redirectGate(req))
+	p, err := t.m.acquire(t.admission(ctx), req, t.redirectGate(req))
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -86,11 +85,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	clock := t.m.clock
-	trace := &httptrace.ClientTrace{
-		GotConn:              func(httptrace.GotConnInfo) { lt.conn.Store(clock.Now().UnixNano()) },
-		GotFirstResponseByte: func() { lt.first.Store(clock.Now().UnixNano()) },
-	}
-	traced := req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	lt := newLatencyTrace(clock)
+	traced := req.WithContext(httptrace.WithClientTrace(ctx, &lt.hooks))
 	defer func() {
 		// The base RoundTripper or the FeedbackFunc panicked: give the
 		// slots back (doneAt does nothing if they were), then go on.
@@ -106,13 +102,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		fb := t.m.feedback(now, nil, err)
 		fb.Latency = lt.latency(start, now)
 		p.doneAt(now, fb, false)
-		return nil, err
+		return nil, err // lt is not reused: a hook may still come (see latencyTrace)
 	}
 	if resp.Request == traced {
 		resp.Request = req
 	}
 	fb := t.m.feedback(now, resp, nil)
 	fb.Latency = lt.latency(start, now)
+	lt.reuse()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && fb.HasWait && fb.Wait > 0 {
 		t.setRedirectGate(req, resp, now.Add(min(fb.Wait, t.m.cfg.Default.Backoff.RedirectMaxDelay)))
 	}
@@ -125,27 +122,49 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // admission returns the context a request with the context ctx is
-// admitted with, and the latencyTrace of its round trip: ctx itself, or,
-// when the robots.txt fetch the request may start goes through t
-// (robotsfetch.go: viaTransport), ctx carrying t, so acquire needs no
-// Transport; that context shares the latencyTrace's allocation. The
-// request is sent with its own context.
-func (t *Transport) admission(ctx context.Context) (context.Context, *latencyTrace) {
+// admitted with: ctx itself, or, when the robots.txt fetch the request may
+// start goes through t (fetchesVia), ctx carrying t (viaTransport), so
+// acquire needs no Transport. The request is sent with its own context.
+func (t *Transport) admission(ctx context.Context) context.Context {
 	if !t.m.robotsTxt.fetchesVia() {
-		return ctx, new(latencyTrace)
+		return ctx
 	}
-	rt := &struct {
-		lt  latencyTrace
-		via viaTransport
-	}{via: viaTransport{Context: ctx, t: t}}
-	return &rt.via, &rt.lt
+	return &viaTransport{Context: ctx, t: t}
 }
 
-// latencyTrace records httptrace times; the callbacks may run on the
-// transport's goroutines.
+// latencyTrace records the httptrace times of one round trip: when the
+// transport got its connection and the response's first byte. Its hooks
+// may run on the transport's goroutines. Both come before the base
+// RoundTrip returns a response, so a latencyTrace is reused once
+// RoundTrip has read it (reuse): a round trip allocates neither it nor
+// its two hooks. After an error it is left to the garbage collector: an
+// HTTP/2 response that arrives after its request gave up still calls
+// GotFirstResponseByte.
 type latencyTrace struct {
 	conn, first atomic.Int64 // UnixNano; 0 when not seen
+	clock       Clock
+	hooks       httptrace.ClientTrace // its closures made once, reading the fields above
 }
+
+var latencyTraces = sync.Pool{New: func() any {
+	lt := new(latencyTrace)
+	lt.hooks.GotConn = func(httptrace.GotConnInfo) { lt.conn.Store(lt.clock.Now().UnixNano()) }
+	lt.hooks.GotFirstResponseByte = func() { lt.first.Store(lt.clock.Now().UnixNano()) }
+	return lt
+}}
+
+// newLatencyTrace returns an empty latencyTrace that reads clock.
+func newLatencyTrace(clock Clock) *latencyTrace {
+	lt := latencyTraces.Get().(*latencyTrace)
+	lt.conn.Store(0)
+	lt.first.Store(0)
+	lt.clock = clock
+	return lt
+}
+
+// reuse gives lt back once its round trip has returned a response. (Its
+// clock stays: a hook that came late would still find one.)
+func (lt *latencyTrace) reuse() { latencyTraces.Put(lt) }
 
 func (lt *latencyTrace) latency(start, end time.Time) time.Duration {
 	c, f := lt.conn.Load(), lt.first.Load()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -389,4 +390,24 @@ func TestTransportCloseIdleConnections(t *testing.T) {
 	(&http.Client{Transport: m.Transport(fakeRT(func(req *http.Request) (*http.Response, error) {
 		return respond(req, 200, ""), nil
 	}))}).CloseIdleConnections()
+}
+
+// TestLatencyTraceReusedEmpty: a latencyTrace comes back from reuse with
+// no times of its last round trip, so a round trip whose hooks never fire
+// (an in-memory RoundTripper, a cached answer) measures its own time, and
+// its hooks read the clock it is given now.
+func TestLatencyTraceReusedEmpty(t *testing.T) {
+	clock := &stepClock{t: time.Unix(1e9, 0)}
+	start := clock.Now()
+	for i := range 100 {
+		lt := newLatencyTrace(clock)
+		require.Zero(t, lt.conn.Load(), "round trip %d", i)
+		require.Zero(t, lt.first.Load(), "round trip %d", i)
+		assert.Equal(t, 3*time.Second, lt.latency(start, start.Add(3*time.Second)), "no hook fired: the round trip's time")
+		lt.hooks.GotConn(httptrace.GotConnInfo{})
+		clock.t = clock.t.Add(20 * time.Millisecond)
+		lt.hooks.GotFirstResponseByte()
+		assert.Equal(t, 20*time.Millisecond, lt.latency(start, start.Add(3*time.Second)), "connection to first byte")
+		lt.reuse()
+	}
 }
