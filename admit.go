@@ -378,17 +378,13 @@ func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, 
 		if m.global.tryFast() {
 			m.start(p, now)
 			unlockAll(p.scopes)
-			if m.guarded.Load() {
-				m.raiseAfterStart(p)
-			}
+			m.raiseAfterStart(p)
 			return true, adm, -1
 		}
 		adm = Admission{Reason: ReasonGlobal}
 	}
 	unlockAll(p.scopes)
-	if m.guarded.Load() {
-		m.raise(p.scopes)
-	}
+	m.raise(p.scopes)
 	return false, adm, who
 }
 
@@ -425,9 +421,7 @@ func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.
 				m.start(p, now)
 				m.dequeue(w, hs)
 				unlockAll(hs)
-				if m.guarded.Load() {
-					m.raiseAfterStart(p)
-				}
+				m.raiseAfterStart(p)
 				return p, nil
 			}
 			adm = Admission{Reason: ReasonGlobal}
@@ -548,4 +542,19 @@ func scopeKey(hs []held, i int) string {
 		return "" // notBeforeBlocker, or unknown
 	}
 	return hs[i].s.key
+}
+
+// raiseAfterStart and raise raise a panic that a custom ScopeManager kept
+// (custompolicy.go) once the caller's locks are released. Small enough to
+// inline: without a custom ScopeManager, the path pays one load.
+func (m *ThrottlingManager) raiseAfterStart(p *Permit) {
+	if m.guarded.Load() {
+		m.raiseAfterStartSlow(p)
+	}
+}
+
+func (m *ThrottlingManager) raise(hs []held) {
+	if m.guarded.Load() {
+		m.raiseSlow(hs)
+	}
 }

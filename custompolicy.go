@@ -143,20 +143,22 @@ func takePanic(hs []held) *ScopeManagerPanic {
 	return first
 }
 
-// raiseAfterStart raises a panic kept while p was admitted, once p's
+// raiseAfterStartSlow raises a panic kept while p was admitted, once p's
 // locks are released: p is released first (its slots given back), since
-// the caller will never see it. Callers check m.guarded first: the default
-// path pays one load and never enters this file.
-func (m *ThrottlingManager) raiseAfterStart(p *Permit) {
+// the caller will never see it. raiseAfterStart (admit.go) calls it when
+// some scope has a custom ScopeManager.
+func (m *ThrottlingManager) raiseAfterStartSlow(p *Permit) {
 	if pv := takePanic(p.scopes); pv != nil {
 		p.ReleaseFeedback(Feedback{NoAdjust: true, Err: pv})
 		panic(pv)
 	}
 }
 
-// raise raises a panic kept during an operation on hs that took nothing
-// (callers check m.guarded first).
-func (m *ThrottlingManager) raise(hs []held) {
+// raiseSlow raises a panic kept during an operation on hs that took
+// nothing (see raise, admit.go). Kept out of line, so raise inlines.
+//
+//go:noinline
+func (m *ThrottlingManager) raiseSlow(hs []held) {
 	if pv := takePanic(hs); pv != nil {
 		panic(pv)
 	}

@@ -169,7 +169,7 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // and a custom ScopeManager, which may keep a pointer, a heap copy, which
 // later scopes of p then get, so each sees what an earlier one changed.
 // Keeping the Feedback in the Permit instead would make the Permit
-// 248 bytes, not 128: that costs every Acquire more.
+// 248 bytes, not 144: that costs every Acquire more.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	m.releasing(p) // observers.go; the Store's path ends with afterRelease too
 	if e := p.ext; e != nil && e.shared {
@@ -203,7 +203,5 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	}
 	m.global.release()
 	m.afterRelease(p, fb, &ev, watch) // after the slots are free; observers.go
-	if m.guarded.Load() {
-		m.raise(p.scopes)
-	}
+	m.raise(p.scopes)
 }

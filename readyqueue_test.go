@@ -338,27 +338,7 @@ func BenchmarkReadyQueue(b *testing.B) {
 		}
 		pushT += time.Since(t)
 		t = time.Now()
-		for range k {
-			clock.t = clock.t.Add(step)
-			for {
-				_, p, at, err := q.TryPop()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p != nil {
-					held = append(held, p)
-					break
-				}
-				if at.IsZero() {
-					b.Fatal("nothing to pop")
-				}
-				clock.t = at
-			}
-		}
-		for _, p := range held {
-			p.Release(ok200, nil)
-		}
-		held = held[:0]
+		held = popBatch(b, q, clock, step, k, held)
 		popT += time.Since(t)
 		done += k
 	}
@@ -367,6 +347,34 @@ func BenchmarkReadyQueue(b *testing.B) {
 	if n := q.Len(); n != 2*hosts {
 		b.Fatalf("queue holds %d requests, want %d", n, 2*hosts)
 	}
+}
+
+// popBatch is one batch of BenchmarkReadyQueue's crawl: it pops k
+// requests from q, moving clock a step before each and on to the time
+// TryPop names while none is ready, then releases their permits (held is
+// scratch space, returned empty).
+func popBatch(b *testing.B, q *ReadyQueue, clock *stepClock, step time.Duration, k int, held []*Permit) []*Permit {
+	for range k {
+		clock.t = clock.t.Add(step)
+		for {
+			_, p, at, err := q.TryPop()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if p != nil {
+				held = append(held, p)
+				break
+			}
+			if at.IsZero() {
+				b.Fatal("nothing to pop")
+			}
+			clock.t = at
+		}
+	}
+	for _, p := range held {
+		p.Release(ok200, nil)
+	}
+	return held[:0]
 }
 
 // heapFrontier is the ReadyQueue a crawler writes by hand with
@@ -481,27 +489,7 @@ func BenchmarkReadyQueueVsHeap(b *testing.B) {
 			qnext = (qnext + 1) % hosts
 		}
 		t := time.Now()
-		for range k {
-			clock.t = clock.t.Add(step)
-			for {
-				_, p, at, err := q.TryPop()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p != nil {
-					held = append(held, p)
-					break
-				}
-				if at.IsZero() {
-					b.Fatal("nothing to pop")
-				}
-				clock.t = at
-			}
-		}
-		for _, p := range held {
-			p.Release(ok200, nil)
-		}
-		held = held[:0]
+		held = popBatch(b, q, clock, step, k, held)
 		qT += time.Since(t)
 
 		for range k {
