@@ -370,6 +370,9 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 // tryFast admits p at now if no one waits ahead of it and every scope and
 // the global cap admit it.
 func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, int) {
+	if len(p.scopes) == 1 {
+		return m.tryFastOne(p, now)
+	}
 	if err := m.relock(p.scopes, now); err != nil {
 		return false, Admission{}, -1
 	}
@@ -384,6 +387,53 @@ func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, 
 		adm = Admission{Reason: ReasonGlobal}
 	}
 	unlockAll(p.scopes)
+	m.raise(p.scopes)
+	return false, adm, who
+}
+
+// tryFastOne is tryFast for a permit of one scope (most requests): the
+// same steps as relock, evaluate and start, without their loops.
+func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admission, int) {
+	h := &p.scopes[0]
+	s := h.s
+	s.mu.Lock()
+	for s.dead {
+		s.mu.Unlock()
+		ns, err := m.lookup(s.key, now)
+		if err != nil {
+			return false, Admission{}, -1
+		}
+		h.s, s = ns, ns
+		s.mu.Lock()
+	}
+	var adm Admission
+	who := -1
+	if mustWait(s, nil) {
+		adm, who = Admission{Reason: ReasonQueue}, 0
+	} else if a := s.pol.admit(now, h.cost); a.Reason != ReasonNone {
+		who = 0
+		switch {
+		case a.At.IsZero():
+			adm = Admission{Reason: a.Reason}
+		case a.At.After(now):
+			adm = a
+		default:
+			// As in evaluate: a time that has come, ask again shortly.
+			adm = Admission{At: now.Add(time.Millisecond), Reason: a.Reason}
+		}
+	} else {
+		if m.global.tryFast() {
+			s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
+			s.lastUsed = now.UnixNano()
+			s.started(p.robotsFetch)
+			p.acquired = now
+			s.mu.Unlock()
+			m.raiseAfterStart(p)
+			return true, adm, -1
+		}
+		adm = Admission{Reason: ReasonGlobal}
+	}
+	s.mu.Unlock()
 	m.raise(p.scopes)
 	return false, adm, who
 }
