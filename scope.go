@@ -282,7 +282,12 @@ func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 // makes the fetch a start for the delay, so the raised delay holds the
 // next request back from the fetch's start.
 func (s *defaultScope) finishRobots(now time.Time, t Ticket, fb *Feedback) {
-	s.Finish(now, t, fb)
+	s.finishRobotsIn(now, &t, fb)
+}
+
+// finishRobotsIn is finishRobots with the Ticket by pointer.
+func (s *defaultScope) finishRobotsIn(now time.Time, t *Ticket, fb *Feedback) {
+	s.finish(now, t, fb)
 	if s.lastSignal {
 		s.robotsCounts()
 	}
@@ -502,23 +507,33 @@ func (s *defaultScope) jitterFactor() float64 {
 // manager's robots.txt fetch (finishRobots). It returns whether fb was a
 // backoff signal for the scope; it changes no Feedback.
 func (s *defaultScope) end(now time.Time, t Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback) {
+	return s.endIn(now, &t, &fb, robots), nil
+}
+
+// endIn is end with the Ticket and the Feedback by pointer, which it
+// leaves as they are: the manager's release calls it on the default policy
+// directly, not through the interface, sparing the copies of both.
+func (s *defaultScope) endIn(now time.Time, t *Ticket, fb *Feedback, robots bool) (signal bool) {
 	if robots {
-		s.finishRobots(now, t, &fb)
+		s.finishRobotsIn(now, t, fb)
 	} else {
-		s.Finish(now, t, &fb)
+		s.finish(now, t, fb)
 	}
-	return s.lastSignal, nil
+	return s.lastSignal
 }
 
 // Finish implements ScopeManager.
-func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) {
+func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) { s.finish(now, &t, fb) }
+
+// finish is Finish with the Ticket by pointer; it changes neither.
+func (s *defaultScope) finish(now time.Time, t *Ticket, fb *Feedback) {
 	s.tick(now)
 	s.adm.Finish(t.Slot)
 	if s.cfg.Quota > 0 {
-		delta, floor := quotaCorrection(s.key, s.cfg.Quota, &t, fb)
+		delta, floor := quotaCorrection(s.key, s.cfg.Quota, t, fb)
 		s.adm.Quota.Correct(now, s.cfg.Window, t.WindowIndex, delta, floor)
 	}
-	s.learn(now, t, fb)
+	s.learnFrom(now, t, fb)
 }
 
 // quotaCorrection sums the quota corrections fb makes to the scope key
@@ -549,7 +564,24 @@ func quotaCorrection(key string, quota int64, t *Ticket, fb *Feedback) (delta, f
 //
 // It returns the server gate it set, if any.
 func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.Time, gated bool) {
-	a := s.answerFor(now, &t, fb, s.lastSignal)
+	return s.learnFrom(now, &t, fb)
+}
+
+// learnFrom is learn with the Ticket by pointer; it changes neither.
+func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate time.Time, gated bool) {
+	if s.plainSuccess(fb) {
+		// What the general path below does with such an answer, without
+		// building it: it is no signal and gates nothing, the quota
+		// learns nothing from it, and backoff only counts it.
+		s.lastSignal = false
+		if fb.NoAdjust {
+			return gate, gated
+		}
+		s.backoff.winOK++
+		s.rejitter()
+		return gate, gated
+	}
+	a := s.answerFor(now, t, fb, s.lastSignal)
 	s.lastSignal = a.signal
 	if a.gated {
 		gate, gated = now.Add(a.gate), true
@@ -581,6 +613,38 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 	if moved {
 		s.refresh()
 	}
+	nd, why := s.rejitter()
+	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
+		args := []any{"scope", s.key, "in_flight", s.adm.InFlight,
+			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
+			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
+			"signal", a.signal, "why", why.String()}
+		if r := s.rampup; r != nil {
+			args = append(args, "rate", r.rate, "good", r.good, "bad", r.bad, "settled", r.settled(), "drain", r.drain, "fails", r.fails, "probe_in", r.probeAt.Sub(now).Seconds(), "mem", r.memory.Seconds(), "paused", r.paused, "run", r.run)
+		}
+		s.log.Debug("throttle: delay adjusted", args...)
+	}
+	return gate, gated
+}
+
+// plainSuccess reports whether fb is an answer that learnFrom's general
+// path would only count: no transport error, no backoff signal (by flag
+// or by status), no server-given wait, quota or rate in its headers, to a
+// scope with rampup and AutoThrottle off, no quota test pending or fixed
+// quota learned, and backoff neither probing an outage nor on an isolated
+// step.
+func (s *defaultScope) plainSuccess(fb *Feedback) bool {
+	return fb.Err == nil && !fb.Backoff && !fb.HasWait && !fb.Exhausted && !fb.HasRemaining && fb.StatedRate == 0 &&
+		s.rampup == nil && !s.cfg.Rampup.Enabled && !s.cfg.AutoThrottle.Enabled &&
+		s.quota.probe == 0 && s.quota.kind != quotaFixed &&
+		!s.backoff.outage && !s.backoff.iso &&
+		!s.backoff.isSignalStatus(&s.cfg, fb.Status)
+}
+
+// rejitter draws the jitter factor of the wait after the previous start
+// again when the rule that sets the delay went in or out of backoff since
+// that start, and returns the delay in effect and its rule.
+func (s *defaultScope) rejitter() (time.Duration, Reason) {
 	nd, why := s.delay()
 	if why != ReasonBackoff && s.backoffJitter && s.adm.Started {
 		// Backoff ended: the wait after the previous start follows the
@@ -599,17 +663,7 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 		s.jitter, s.backoffJitter = s.drawJitter(), true
 		s.lim.Gap = s.gap(nd)
 	}
-	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
-		args := []any{"scope", s.key, "in_flight", s.adm.InFlight,
-			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
-			"latency_ms", fb.Latency.Milliseconds(), "size", fb.Size, "status", fb.Status,
-			"signal", a.signal, "why", why.String()}
-		if r := s.rampup; r != nil {
-			args = append(args, "rate", r.rate, "good", r.good, "bad", r.bad, "settled", r.settled(), "drain", r.drain, "fails", r.fails, "probe_in", r.probeAt.Sub(now).Seconds(), "mem", r.memory.Seconds(), "paused", r.paused, "run", r.run)
-		}
-		s.log.Debug("throttle: delay adjusted", args...)
-	}
-	return gate, gated
+	return nd, why
 }
 
 func (s *defaultScope) setGate(t time.Time) { s.adm.SetGate(t) }
