@@ -110,20 +110,26 @@ func plainHost(h string) bool {
 	if len(h) == 0 || len(h) > MaxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
 		return false
 	}
-	for i := 0; i < len(h); i++ {
-		if !hostByte[h[i]] {
-			return false
-		}
+	// Four bytes a step, their marks and-ed with no branch between them.
+	// (Indices into a resliced h are constant: no bounds checks.)
+	ok := uint8(1)
+	for ; len(h) >= 4; h = h[4:] {
+		ok &= hostByte[h[0]] & hostByte[h[1]] & hostByte[h[2]] & hostByte[h[3]]
 	}
-	return true
+	for i := range len(h) {
+		ok &= hostByte[h[i]]
+	}
+	return ok != 0
 }
 
-// hostByte marks the bytes of a normalised ASCII host name: a table lookup
-// a byte where the five range tests cost several times that (plainHost
-// runs on every request).
-var hostByte = func() (t [256]bool) {
+// hostByte is 1 for the bytes of a normalised ASCII host name, else 0: a
+// table lookup a byte where the five range tests cost several times that
+// (plainHost runs on every request).
+var hostByte = func() (t [256]uint8) {
 	for c := range t {
-		t[c] = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_'
+		if 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' {
+			t[c] = 1
+		}
 	}
 	return t
 }()
