@@ -266,8 +266,8 @@ func (s *defaultScope) setRobotsDelay(d time.Duration) {
 // burst refused that page, and the refusal was taken for the limit's
 // answer to the configured pace.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
-	now = s.adm.Latest(now) // as in Admit
-	t.Slot, t.WindowIndex = s.adm.StartUncounted(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	now, raised := s.adm.LatestRaised(now) // as in Admit
+	t.Slot, t.WindowIndex = s.adm.StartUncountedLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
@@ -416,9 +416,9 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission { return s.adm
 
 // admit is Admit for the coordinator (policy.go).
 func (s *defaultScope) admit(now time.Time, cost int64) Admission {
-	now = s.adm.Latest(now) // the manager's clock never goes back: an earlier now is a stale reading
-	s.tick(now)
-	at, why := s.adm.Check(now, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	now, raised := s.adm.LatestRaised(now) // the manager's clock never goes back: an earlier now is a stale reading
+	s.tick(now)                            // backoff's: no change to s.adm
+	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	if why == admission.None {
 		return Admission{}
 	}
@@ -458,8 +458,8 @@ func (s *defaultScope) begin(t *Ticket, now time.Time, cost int64, robots bool) 
 // wide loads of the narrow stores just made, which stall (no store
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
-	now = s.adm.Latest(now) // as in Admit
-	t.Slot, t.WindowIndex = s.adm.Start(now, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	now, raised := s.adm.LatestRaised(now) // as in Admit
+	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
 	s.backoffJitter = s.lim.GapWhy == ReasonBackoff // drawJitter took Backoff.Jitter

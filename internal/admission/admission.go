@@ -53,6 +53,20 @@ type Limits struct {
 // the rule's own.
 func (a *State) Check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
 	a.rebase(now)
+	return a.check(now, l, slotDelay, quota, window, cost)
+}
+
+// CheckLatest is Check at now, a time that LatestRaised returned with
+// raised, the state unchanged since.
+func (a *State) CheckLatest(now time.Time, raised bool, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
+	if raised {
+		a.rebase(now)
+	}
+	return a.check(now, l, slotDelay, quota, window, cost)
+}
+
+// check is Check after the rebase.
+func (a *State) check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
 	if a.InFlight >= l.Conc {
 		return time.Time{}, Concurrency
 	}
@@ -107,7 +121,13 @@ func (a *State) freeSlot(now time.Time, conc int32, slotDelay time.Duration) (in
 // returns the slot it took (-1 without SlotDelay) and the quota window it
 // was counted in.
 func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
-	slotIndex, window = a.StartUncounted(now, conc, slotDelay, quota, w, cost)
+	return a.StartLatest(now, true, conc, slotDelay, quota, w, cost)
+}
+
+// StartLatest is Start at now, a time that LatestRaised returned with
+// raised, the state unchanged since.
+func (a *State) StartLatest(now time.Time, raised bool, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	slotIndex, window = a.StartUncountedLatest(now, raised, conc, slotDelay, quota, w, cost)
 	if slotIndex >= 0 {
 		a.slots[slotIndex].last = now
 	}
@@ -122,7 +142,15 @@ func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota 
 // caller records the rest (the default scope's startRobots). It returns
 // what Start returns.
 func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
-	a.rebase(now)
+	return a.StartUncountedLatest(now, true, conc, slotDelay, quota, w, cost)
+}
+
+// StartUncountedLatest is StartUncounted at now, a time that LatestRaised
+// returned with raised, the state unchanged since.
+func (a *State) StartUncountedLatest(now time.Time, raised bool, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	if raised {
+		a.rebase(now)
+	}
 	a.InFlight++
 	slotIndex = -1
 	if slotDelay > 0 {
@@ -147,13 +175,23 @@ func (a *State) StartUncounted(now time.Time, conc int32, slotDelay time.Duratio
 // start, not a jump, and Check would take it for one (see rebase) and
 // move the gap back by as much, letting the next start come early.
 func (a *State) Latest(now time.Time) time.Time {
+	now, _ = a.LatestRaised(now)
+	return now
+}
+
+// LatestRaised is Latest, and reports whether the quota window's start
+// raised the time it returns. Unless it did, that time is the previous
+// start or not before it, and not before the window's start: a rebase at
+// it moves nothing, and CheckLatest and StartLatest skip it (its two time
+// comparisons).
+func (a *State) LatestRaised(now time.Time) (time.Time, bool) {
 	if a.Started && now.Before(a.LastStart) {
 		now = a.LastStart
 	}
 	if a.Quota.Set && now.Before(a.Quota.start) {
-		now = a.Quota.start
+		return a.Quota.start, true
 	}
-	return now
+	return now, false
 }
 
 // rebase moves the state's times back by as much as now lies before the
