@@ -99,26 +99,36 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(traced)
 	now := clock.Now()
 	if err != nil {
-		fb := t.m.feedback(now, nil, err)
+		fb := t.feedback(now, nil, err)
 		fb.Latency = lt.latency(start, now)
-		p.doneAt(now, fb, false)
+		p.done(now, &fb, false)
 		return nil, err // lt is not reused: a hook may still come (see latencyTrace)
 	}
 	if resp.Request == traced {
 		resp.Request = req
 	}
-	fb := t.m.feedback(now, resp, nil)
+	fb := t.feedback(now, resp, nil)
 	fb.Latency = lt.latency(start, now)
 	lt.reuse()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && fb.HasWait && fb.Wait > 0 {
 		t.setRedirectGate(req, resp, now.Add(min(fb.Wait, t.m.cfg.Default.Backoff.RedirectMaxDelay)))
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
-		p.doneAt(now, fb, false)
+		p.done(now, &fb, false)
 		return resp, nil
 	}
 	resp.Body = &releasingBody{rc: resp.Body, p: p, fb: fb}
 	return resp, nil
+}
+
+// feedback is the manager's FeedbackFunc on a round trip's outcome; the
+// default one fills the Feedback in place (see Permit.Release).
+func (t *Transport) feedback(now time.Time, resp *http.Response, err error) (fb Feedback) {
+	if t.m.customFeedback {
+		return t.m.feedback(now, resp, err)
+	}
+	defaultFeedback(&fb, now, resp, err)
+	return fb
 }
 
 // admission returns the context a request with the context ctx is
