@@ -11,6 +11,16 @@ import (
 
 // setQueue is a group: the queued requests of one scope set.
 type setQueue struct {
+	// The fields the heaps read and write come first, together: a heap
+	// of many groups compares and moves groups that are not in the
+	// cache, and each of its steps then misses once a group, not twice.
+	idx int // in ready or waiting; -1 in neither
+	// the head's rank among ready groups
+	prio    int
+	share   float64
+	headSeq uint64
+	readyAt time.Time // in waiting: when to ask again
+
 	keys     []string // the scope keys, sorted
 	scopes   []*scope // their entries, looked up again once forgotten
 	set      string   // setKey, for groups of several scopes
@@ -18,19 +28,12 @@ type setQueue struct {
 	oneScope [1]*scope
 	entries  entryHeap
 
-	state   setState
-	idx     int       // in ready or waiting; -1 in neither
-	readyAt time.Time // in waiting: when to ask again
+	state setState
 
 	// robotsOK is the origin whose robots.txt fetch the head waited
 	// for, if robotsHas: the head goes on without looking again.
 	robotsOK  origin
 	robotsHas bool
-
-	// the head's rank among ready groups
-	prio    int
-	share   float64
-	headSeq uint64
 }
 
 type setState uint8
