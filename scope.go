@@ -311,9 +311,15 @@ func (s *defaultScope) tick(now time.Time) {
 	if s.backoff.quiet(now, &s.cfg) {
 		// Nearly every call, twice per request: inside the window,
 		// where the tick would do nothing, without calling it (and
-		// baseDelay).
+		// baseDelay). (admit and finish make this test themselves and
+		// call tickWindow: quiet inlines, tick does not.)
 		return
 	}
+	s.tickWindow(now)
+}
+
+// tickWindow is tick past its quiet test.
+func (s *defaultScope) tickWindow(now time.Time) {
 	own, _ := s.ownDelay()
 	if s.backoff.tick(now, &s.cfg, s.baseDelay(), own) {
 		s.refresh()
@@ -417,7 +423,9 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission { return s.adm
 // admit is Admit for the coordinator (policy.go).
 func (s *defaultScope) admit(now time.Time, cost int64) Admission {
 	now, raised := s.adm.LatestRaised(now) // the manager's clock never goes back: an earlier now is a stale reading
-	s.tick(now)                            // backoff's: no change to s.adm
+	if !s.backoff.quiet(now, &s.cfg) {     // tick, inlined; backoff's: no change to s.adm
+		s.tickWindow(now)
+	}
 	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	if why == admission.None {
 		return Admission{}
@@ -527,7 +535,9 @@ func (s *defaultScope) Finish(now time.Time, t Ticket, fb *Feedback) { s.finish(
 
 // finish is Finish with the Ticket by pointer; it changes neither.
 func (s *defaultScope) finish(now time.Time, t *Ticket, fb *Feedback) {
-	s.tick(now)
+	if !s.backoff.quiet(now, &s.cfg) { // tick, inlined
+		s.tickWindow(now)
+	}
 	s.adm.Finish(t.Slot)
 	if s.cfg.Quota > 0 {
 		delta, floor := quotaCorrection(s.key, s.cfg.Quota, t, fb)
