@@ -410,7 +410,22 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	who := -1
 	if mustWait(s, nil) {
 		adm, who = Admission{Reason: ReasonQueue}, 0
-	} else if a := s.pol.admit(now, h.cost); a.Reason != ReasonNone {
+		s.mu.Unlock()
+		m.raise(p.scopes)
+		return false, adm, who
+	}
+	// The default policy is called directly: its admission also tells
+	// the time its start takes, which the start then need not work out.
+	ds, _ := s.pol.(*defaultScope)
+	var a Admission
+	var latest time.Time
+	same := false
+	if ds != nil {
+		a, latest, same = ds.admitLatest(now, h.cost)
+	} else {
+		a = s.pol.admit(now, h.cost)
+	}
+	if a.Reason != ReasonNone {
 		who = 0
 		switch {
 		case a.At.IsZero():
@@ -423,7 +438,11 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 		}
 	} else {
 		if m.global.tryFast() {
-			s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
+			if same && !p.robotsFetch {
+				ds.startLatest(&h.ticket, latest, false, h.cost)
+			} else {
+				s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
+			}
 			s.lastUsed = now.UnixNano()
 			s.started(p.robotsFetch)
 			p.acquired = now

@@ -422,15 +422,25 @@ func (s *defaultScope) Admit(now time.Time, cost int64) Admission { return s.adm
 
 // admit is Admit for the coordinator (policy.go).
 func (s *defaultScope) admit(now time.Time, cost int64) Admission {
+	a, _, _ := s.admitLatest(now, cost)
+	return a
+}
+
+// admitLatest is admit, and also returns the time a start that follows it
+// at once, at the same now, takes (Latest's), when same says that time is
+// known: the admission changed nothing that time depends on (no rebase,
+// no quota window rolled). startLatest then starts at it.
+func (s *defaultScope) admitLatest(now time.Time, cost int64) (a Admission, latest time.Time, same bool) {
 	now, raised := s.adm.LatestRaised(now) // the manager's clock never goes back: an earlier now is a stale reading
 	if !s.backoff.quiet(now, &s.cfg) {     // tick, inlined; backoff's: no change to s.adm
 		s.tickWindow(now)
 	}
 	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	same = !raised && s.cfg.Quota <= 0
 	if why == admission.None {
-		return Admission{}
+		return Admission{}, now, same
 	}
-	return Admission{At: at, Reason: why}
+	return Admission{At: at, Reason: why}, now, same
 }
 
 // quotaLeft returns what the window's quota has left at now, and false
@@ -467,6 +477,12 @@ func (s *defaultScope) begin(t *Ticket, now time.Time, cost int64, robots bool) 
 // forwarding). TestTicketFields keeps the field list here complete.
 func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 	now, raised := s.adm.LatestRaised(now) // as in Admit
+	s.startLatest(t, now, raised, cost)
+}
+
+// startLatest is start at now, a time LatestRaised returned with raised
+// (or admitLatest, with same: not raised), the state unchanged since.
+func (s *defaultScope) startLatest(t *Ticket, now time.Time, raised bool, cost int64) {
 	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.jitter = s.drawJitter()
