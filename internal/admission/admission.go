@@ -127,6 +127,13 @@ func (a *State) Start(now time.Time, conc int32, slotDelay time.Duration, quota 
 // StartLatest is Start at now, a time that LatestRaised returned with
 // raised, the state unchanged since.
 func (a *State) StartLatest(now time.Time, raised bool, conc int32, slotDelay time.Duration, quota int64, w time.Duration, cost int64) (slotIndex int, window int64) {
+	if !raised && slotDelay <= 0 && quota <= 0 {
+		// What the general path below comes to without a rebase, a
+		// slot or a quota window, without its call.
+		a.InFlight++
+		a.Started, a.LastStart = true, now
+		return -1, 0
+	}
 	slotIndex, window = a.StartUncountedLatest(now, raised, conc, slotDelay, quota, w, cost)
 	if slotIndex >= 0 {
 		a.slots[slotIndex].last = now
