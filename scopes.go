@@ -97,6 +97,9 @@ func requestHost(req *http.Request) (string, error) {
 	if req.URL == nil {
 		return "", ErrNoHost
 	}
+	if h := req.URL.Host; scopekey.Plain(h) { // Normalize's first test, sparing two calls
+		return h, nil
+	}
 	return normalizeHost(req.URL.Host)
 }
 

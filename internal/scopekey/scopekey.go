@@ -105,6 +105,11 @@ func stripPort(hostport string) string {
 	return hostport
 }
 
+// Plain reports whether host is already a scope key as Normalize gives
+// it, a normalised ASCII host name with no port: Normalize(host) is then
+// host itself.
+func Plain(host string) bool { return plainHost(host) }
+
 // plainHost reports whether h is already a normalised ASCII host name.
 func plainHost(h string) bool {
 	if len(h) == 0 || len(h) > MaxHostLen || h[len(h)-1] == '.' || h[0] == '.' {
