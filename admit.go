@@ -417,17 +417,9 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 		m.raise(p.scopes)
 		return false, adm, who
 	}
-	// The default policy is called directly: its admission also tells
-	// the time its start takes, which the start then need not work out.
-	ds, _ := s.pol.(*defaultScope)
-	var a Admission
-	var latest time.Time
-	same := false
-	if ds != nil {
-		a, latest, same = ds.admitLatest(now, h.cost)
-	} else {
-		a = s.pol.admit(now, h.cost)
-	}
+	// The policy's admission also tells the time its start takes, which
+	// the start then need not work out again.
+	a, latest, same := s.pol.admitLatest(now, h.cost)
 	if a.Reason != ReasonNone {
 		who = 0
 		switch {
@@ -442,7 +434,7 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	} else {
 		if m.global.tryFast() {
 			if same && !p.robotsFetch {
-				ds.startLatest(&h.ticket, latest, false, h.cost)
+				s.pol.startLatest(&h.ticket, latest, false, h.cost)
 			} else {
 				s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
 			}

@@ -61,6 +61,14 @@ func (c *custom) admit(now time.Time, cost int64) (a Admission) {
 	return c.mgr.Admit(now, cost)
 }
 
+func (c *custom) admitLatest(now time.Time, cost int64) (Admission, time.Time, bool) {
+	return c.admit(now, cost), now, false
+}
+
+func (c *custom) startLatest(t *Ticket, latest time.Time, _ bool, cost int64) {
+	c.begin(t, latest, cost, false)
+}
+
 func (c *custom) begin(t *Ticket, now time.Time, cost int64, _ bool) {
 	c.lastStart = now
 	*t = Ticket{Slot: -1, Cost: cost, Start: now}

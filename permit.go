@@ -186,15 +186,9 @@ func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 		if watch {
 			before, _ = h.s.pol.snap()
 		}
-		var signal bool
-		if ds, ok := h.s.pol.(*defaultScope); ok {
-			signal = ds.endIn(now, &h.ticket, fb, p.robotsFetch) // no copies: see endIn
-		} else {
-			var changed *Feedback
-			signal, changed = h.s.pol.end(now, h.ticket, *fb, p.robotsFetch)
-			if changed != nil {
-				fb = changed // later scopes see what a custom Finish changed
-			}
+		signal, changed := h.s.pol.end(now, h.ticket, *fb, p.robotsFetch)
+		if changed != nil {
+			fb = changed // later scopes see what a custom Finish changed
 		}
 		h.s.lastUsed, h.s.signal = now.UnixNano(), signal
 		h.s.counts.finished(now, fb, signal, p.robotsFetch)

@@ -29,6 +29,12 @@ type policy interface {
 	// the quota, but no start for the delay).
 	admit(now time.Time, cost int64) Admission
 	begin(t *Ticket, now time.Time, cost int64, robots bool)
+	// admitLatest is admit that also returns the time a start admitted
+	// at now takes (a policy whose clock never goes back takes an
+	// earlier now as a stale reading), and whether startLatest may record
+	// that start without working the time out again; false: begin.
+	admitLatest(now time.Time, cost int64) (a Admission, latest time.Time, same bool)
+	startLatest(t *Ticket, latest time.Time, raised bool, cost int64)
 	// end takes fb by value: a pointer given to an interface method
 	// escapes, and fb lives on the releasing caller's stack. A policy
 	// that hands fb on to code that may change it (a user's Finish)

@@ -535,8 +535,7 @@ func (s *defaultScope) end(now time.Time, t Ticket, fb Feedback, robots bool) (s
 }
 
 // endIn is end with the Ticket and the Feedback by pointer, which it
-// leaves as they are: the manager's release calls it on the default policy
-// directly, not through the interface, sparing the copies of both.
+// leaves as they are.
 func (s *defaultScope) endIn(now time.Time, t *Ticket, fb *Feedback, robots bool) (signal bool) {
 	if robots {
 		s.finishRobotsIn(now, t, fb)
