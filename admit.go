@@ -65,14 +65,33 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 		return nil, err
 	}
 	p.robotsFetch = robotsFetch
-	if m.shared != nil && m.useStore(now) {
-		if p, err := m.acquireShared(ctx, p, notBefore); err != errUseLocal {
-			return p, err
-		}
-		// The store failed, perhaps after a wait: local admission
-		// goes on from the time it failed, not from before the wait.
-		now = m.clock.Now()
+	got, err := m.engineAt(now).acquire(ctx, p, now, notBefore)
+	if err != errUseLocal {
+		return got, err
 	}
+	// The store failed, perhaps after a wait: local admission goes on
+	// from the time it failed, not from before the wait.
+	return localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
+}
+
+// engineAt returns the engine that admits requests at local time now:
+// the Store's, unless there is none or StoreFallbackLocal waits out its
+// outage.
+func (m *ThrottlingManager) engineAt(now time.Time) engine {
+	if m.shared != nil && m.useStore(now) {
+		return storeEngine{m}
+	}
+	return localEngine{m}
+}
+
+// localEngine is the engine with the state in this process (engine.go):
+// the scopes' own locks, queues and policies.
+type localEngine struct{ m *ThrottlingManager }
+
+// acquire admits p at once if it can (tryFast), else queues the caller in
+// each scope of p and waits its turn (localTurn).
+func (e localEngine) acquire(ctx context.Context, p *Permit, now, notBefore time.Time) (*Permit, error) {
+	m := e.m
 	if !notBefore.IsZero() && notBefore.After(now) { // IsZero: inline, After: a call
 		return m.wait(ctx, p, notBefore)
 	}
@@ -87,6 +106,13 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 		return nil, &WaitError{Scope: scopeKey(p.scopes, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
 	}
 	return m.wait(ctx, p, time.Time{})
+}
+
+// try admits p at now if no one waits ahead of it and every scope and the
+// global cap admit it.
+func (e localEngine) try(_ context.Context, p *Permit, now time.Time) (bool, Admission, error) {
+	ok, adm, _ := e.m.tryFast(p, now)
+	return ok, adm, nil
 }
 
 // TryAcquire never blocks. It returns a Permit if req can start now;
@@ -108,19 +134,14 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 	if err != nil {
 		return nil, Admission{}, err
 	}
-	var ok bool
-	var adm Admission
-	if m.shared != nil && m.useStore(now) {
-		ok, adm, err = m.tryShared(ctx, p)
-		if err == errUseLocal {
-			ok, adm, _ = m.tryFast(p, now)
-		} else if err != nil {
-			*p = Permit{}
-			unusedPermits.Put(p)
-			return nil, Admission{}, err
-		}
-	} else {
-		ok, adm, _ = m.tryFast(p, now)
+	ok, adm, err := m.engineAt(now).try(ctx, p, now)
+	if err == errUseLocal {
+		ok, adm, err = localEngine{m}.try(ctx, p, now)
+	}
+	if err != nil {
+		*p = Permit{}
+		unusedPermits.Put(p)
+		return nil, Admission{}, err
 	}
 	if !ok {
 		err := m.refusing(p.scopes, now, adm)
@@ -452,91 +473,108 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	return false, adm, who
 }
 
-// wait queues the caller in each scope of p and waits for its turn.
+// wait queues the caller in each scope of p and waits for its turn
+// (localTurn).
 func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
 	hs := p.scopes
-	w := newWaiter(len(hs))
-	now := m.clock.Now()
-	defer func() {
-		if w.timer != nil {
-			w.timer.Stop()
-		}
-	}()
+	t := &localTurn{m: m, ctx: ctx, p: p, w: newWaiter(len(hs)), notBefore: notBefore}
 	if err := m.countWaiting(); err != nil {
 		return nil, err
 	}
 	defer m.waiting.Add(-1)
 
-	if err := m.relock(hs, now); err != nil {
+	if err := m.relock(hs, m.clock.Now()); err != nil {
 		return nil, err
 	}
 	// The time is read with the scopes locked: a clock read before
 	// waiting for the locks may be stale by then (a fake clock that a
 	// test moves on meanwhile), and a start would be recorded, and the
 	// next wait timed, from a moment already past.
-	now = m.clock.Now()
+	t.now, t.locked = m.clock.Now(), true
 	for i := range hs {
-		hs[i].s.queue.push(&w.nodes[i])
+		hs[i].s.queue.push(&t.w.nodes[i])
 	}
-	for {
-		adm, who := m.evaluate(hs, w, now, notBefore)
-		if adm.Reason == ReasonNone {
-			if m.global.take(w) {
-				m.start(p, now)
-				m.dequeue(w, hs)
-				unlockAll(hs)
-				m.raiseAfterStart(p)
-				return p, nil
-			}
-			adm = Admission{Reason: ReasonGlobal}
-		} else {
-			m.global.leave(w) // not ready any more: give the global turn on
-		}
-		if dl, ok := ctx.Deadline(); ok && !adm.At.IsZero() && dl.Before(adm.At) {
-			m.dequeue(w, hs)
-			err := &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
-			unlockAll(hs)
-			return nil, err
-		}
-		unlockAll(hs)
-		if m.guarded.Load() {
-			if pv := takePanic(hs); pv != nil {
-				lockAll(hs)
-				m.global.leave(w)
-				m.dequeue(w, hs)
-				unlockAll(hs)
-				panic(pv)
-			}
-		}
+	if err := m.waitTurn(ctx, t); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
-		if adm.At.IsZero() {
-			// Waiting for a release: a slot may be freed without one
-			// first (MaxHold reclaims the oldest permit).
-			adm.At = m.freedAt()
+// localTurn is a caller's place in the queues of its scopes (engine.go's
+// turn): each ask evaluates them all under their locks, in order.
+type localTurn struct {
+	m         *ThrottlingManager
+	ctx       context.Context
+	p         *Permit
+	w         *waiter
+	notBefore time.Time
+	now       time.Time // the time of the ask, read with the scopes locked
+	locked    bool      // the scopes are locked (the first ask: wait locked them)
+	// the last ask's answer, and the scope that gave it
+	adm Admission
+	who int
+}
+
+func (t *localTurn) ask() (bool, time.Time, error) {
+	m, hs, w := t.m, t.p.scopes, t.w
+	if !t.locked {
+		lockAll(hs)
+		t.now = m.clock.Now() // with the scopes locked, as in wait
+	}
+	t.locked = false
+	adm, who := m.evaluate(hs, w, t.now, t.notBefore)
+	if adm.Reason == ReasonNone {
+		if m.global.take(w) {
+			m.start(t.p, t.now)
+			m.dequeue(w, hs)
+			unlockAll(hs)
+			m.raiseAfterStart(t.p)
+			return true, time.Time{}, nil
 		}
-		var timerC <-chan time.Time
-		if !adm.At.IsZero() {
-			timerC = m.armUntil(&w.timer, adm.At)
-		} else if w.timer != nil {
-			w.timer.Stop()
-		}
-		select {
-		case <-ctx.Done():
+		adm = Admission{Reason: ReasonGlobal}
+	} else {
+		m.global.leave(w) // not ready any more: give the global turn on
+	}
+	if dl, ok := t.ctx.Deadline(); ok && !adm.At.IsZero() && dl.Before(adm.At) {
+		m.dequeue(w, hs)
+		err := &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+		unlockAll(hs)
+		return false, time.Time{}, err
+	}
+	unlockAll(hs)
+	if m.guarded.Load() {
+		if pv := takePanic(hs); pv != nil {
 			lockAll(hs)
 			m.global.leave(w)
 			m.dequeue(w, hs)
 			unlockAll(hs)
-			return nil, &WaitError{Scope: scopeKey(hs, who), Reason: adm.Reason, ReadyAt: adm.At, Err: ctx.Err()}
-		case <-w.wake:
-		case <-timerC:
-			m.timerFired(adm.At)
+			panic(pv)
 		}
-		if len(m.obs.beforeAdmit) > 0 {
-			m.beforeAdmitWaiting(w, hs)
-		}
-		lockAll(hs)
-		now = m.clock.Now() // with the scopes locked, as above
 	}
+	if adm.At.IsZero() {
+		// Waiting for a release: a slot may be freed without one first
+		// (MaxHold reclaims the oldest permit).
+		adm.At = m.freedAt()
+	}
+	t.adm, t.who = adm, who
+	return false, adm.At, nil
+}
+
+func (t *localTurn) wake() <-chan struct{} { return t.w.wake }
+
+func (t *localTurn) woke() {
+	if len(t.m.obs.beforeAdmit) > 0 {
+		t.m.beforeAdmitWaiting(t.w, t.p.scopes)
+	}
+}
+
+func (t *localTurn) cancelled(err error) error {
+	hs := t.p.scopes
+	lockAll(hs)
+	t.m.global.leave(t.w)
+	t.m.dequeue(t.w, hs)
+	unlockAll(hs)
+	return &WaitError{Scope: scopeKey(hs, t.who), Reason: t.adm.Reason, ReadyAt: t.adm.At, Err: err}
 }
 
 // beforeAdmitWaiting is beforeAdmit for the waiter w, queued in hs: if a

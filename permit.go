@@ -170,13 +170,23 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // later scopes of p then get, so each sees what an earlier one changed.
 // Keeping the Feedback in the Permit instead would make the Permit
 // 248 bytes, not 144: that costs every Acquire more.
+//
+// The engine that admitted p takes it back (engine.go). Its release is
+// called on the engine's type, not through the interface: fb given to an
+// interface method would escape to the heap.
 func (m *ThrottlingManager) release(p *Permit, now time.Time, fb *Feedback) {
 	m.releasing(p) // observers.go; the Store's path ends with afterRelease too
 	if e := p.ext; e != nil && e.shared {
 		cp := *fb // the store path hands fb to interfaces: a copy keeps fb on the stack
-		m.releaseShared(p, now, &cp)
+		storeEngine{m}.release(p, now, &cp)
 		return
 	}
+	localEngine{m}.release(p, now, fb)
+}
+
+// release gives p's slots back in each scope and hands fb to its policy.
+func (e localEngine) release(p *Permit, now time.Time, fb *Feedback) {
+	m := e.m
 	watch := m.obs.policy
 	var ev hookEvents
 	for i := range p.scopes {

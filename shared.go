@@ -238,120 +238,161 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	return ans, why, nil
 }
 
-// acquireShared is acquire with the state in the store: admission
-// attempts, and between them a wait for a release of one of the scopes or
-// for the time the store named. Every attempt carries the same lease and,
-// after the first refusal, when the caller began to wait: the store
-// serves the fleet's waiters in that order (store.TurnGrace). A caller
-// that gives up after a refusal gives its turn back.
-func (m *ThrottlingManager) acquireShared(ctx context.Context, p *Permit, notBefore time.Time) (_ *Permit, err error) {
-	req := store.Request{Lease: m.shared.newLease(), Waits: true}
+// storeEngine is the engine with the state in Config.Store (engine.go):
+// each admission is one round trip to the store for all of a request's
+// scopes at once.
+type storeEngine struct{ m *ThrottlingManager }
+
+// acquire admits p in the store: asks, and between them a wait for a
+// release of one of the scopes or for the time the store named
+// (storeTurn). Every ask carries the same lease and, after the first
+// refusal, when the caller began to wait: the store serves the fleet's
+// waiters in that order (store.TurnGrace). A caller that gives up after
+// a refusal gives its turn back.
+func (e storeEngine) acquire(ctx context.Context, p *Permit, now, notBefore time.Time) (_ *Permit, err error) {
+	m := e.m
+	t := &storeTurn{m: m, ctx: ctx, p: p, req: store.Request{Lease: m.shared.newLease(), Waits: true},
+		sw: &sharedWaiter{wake: make(chan struct{}, 1)}, gw: newWaiter(0)}
 	defer func() {
-		if err != nil && !req.Since.IsZero() && !isStoreFailure(err) {
-			m.leaveShared(p, req.Lease)
+		if err != nil && !t.req.Since.IsZero() && !isStoreFailure(err) {
+			m.leaveShared(p, t.req.Lease)
 		}
-	}()
-	sw := &sharedWaiter{wake: make(chan struct{}, 1)}
-	gw := newWaiter(0)
-	var timer Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+		if t.watching {
+			m.shared.unwatch(t.sw, p.scopes)
 		}
-	}()
-	// wait waits for c, ctx, or until on the manager's clock (zero: no time).
-	wait := func(until time.Time, c <-chan struct{}) error {
-		var tc <-chan time.Time
-		if !until.IsZero() {
-			tc = m.armUntil(&timer, until)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c:
-		case <-tc:
-			m.timerFired(until)
-		}
-		return nil
-	}
-	if d := notBefore.Sub(m.clock.Now()); d > 0 {
-		if err := wait(notBefore, nil); err != nil {
-			return nil, &WaitError{Reason: ReasonGate, ReadyAt: notBefore, Err: err}
-		}
-	}
-	watching, counted := false, false
-	defer func() {
-		if watching {
-			m.shared.unwatch(sw, p.scopes)
-		}
-		if counted {
+		if t.counted {
 			m.waiting.Add(-1)
 		}
 	}()
-	gaveTurn := false // the turn is given back for this wait for the global cap
-	for {
-		for !m.global.take(gw) {
-			if !req.Since.IsZero() && !gaveTurn {
-				// This manager is at its GlobalConcurrency: the turn the
-				// last refusal gave would hold the fleet behind a waiter
-				// that cannot start. It keeps its place (Since).
-				m.leaveShared(p, req.Lease)
-				gaveTurn = true
-			}
-			if err := wait(time.Time{}, gw.wake); err != nil {
-				m.global.leave(gw)
-				return nil, &WaitError{Reason: ReasonGlobal, Err: err}
-			}
+	if notBefore.After(m.clock.Now()) {
+		t.state, t.notBefore = storeGated, notBefore
+	}
+	if err := m.waitTurn(ctx, t); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// storeTurn is a caller's turn in the store (engine.go's turn). It waits
+// in one of three states: for the Transport's redirect gate, for this
+// manager's global cap, or for the store.
+type storeTurn struct {
+	m         *ThrottlingManager
+	ctx       context.Context
+	p         *Permit
+	req       store.Request
+	sw        *sharedWaiter // woken by a release of one of the scopes
+	gw        *waiter       // woken by the global cap
+	state     storeWait
+	notBefore time.Time
+	watching  bool // sw is registered for the scopes' releases
+	counted   bool // the caller counts in Waiting
+	gaveTurn  bool // the turn is given back for this wait for the global cap
+	// the store's last refusal: the refusing scope and why
+	scope int
+	why   Reason
+}
+
+// storeWait is what a storeTurn waits for.
+type storeWait uint8
+
+const (
+	storeAsking storeWait = iota // nothing: it asks, or waits for the store's answer's time
+	storeGated                   // notBefore
+	storeGlobal                  // the global cap
+)
+
+func (t *storeTurn) ask() (bool, time.Time, error) {
+	m, p := t.m, t.p
+	if t.state == storeGated {
+		return false, t.notBefore, nil
+	}
+	if !m.global.take(t.gw) {
+		if !t.req.Since.IsZero() && !t.gaveTurn {
+			// This manager is at its GlobalConcurrency: the turn the
+			// last refusal gave would hold the fleet behind a waiter
+			// that cannot start. It keeps its place (Since).
+			m.leaveShared(p, t.req.Lease)
+			t.gaveTurn = true
 		}
-		if !watching {
-			// Before asking: a release between a refusal and the
-			// registration would be missed.
-			m.shared.watch(sw, p.scopes)
-			watching = true
-		}
-		ans, why, err := m.admitShared(ctx, p, &req)
-		if err == nil && ans.Admitted {
-			return p, nil
-		}
-		m.global.release()
-		if err != nil {
-			return nil, err
-		}
-		if req.Since.IsZero() {
-			req.Since = ans.Now
-		}
-		gaveTurn = false
-		local := m.clock.Now()
-		var d time.Duration
-		if !ans.At.IsZero() {
-			d = max(ans.At.Sub(ans.Now), time.Millisecond)
-			// A concurrency or queue refusal's time is only a fallback
-			// wake (for redisstore the earliest lease expiry, up to
-			// LeaseTTL away; the end of the turn of the waiter ahead): a
-			// release, or that waiter's admission, may let this one go
-			// at any moment, so, as without a store, it is no reason to
-			// give up before the deadline.
-			if dl, ok := ctx.Deadline(); ok && why != ReasonConcurrency && why != ReasonQueue && dl.Before(local.Add(d)) {
-				return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
-			}
-		}
-		if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: why}); err != nil {
-			return nil, err
-		}
-		if !counted {
-			if err := m.countWaiting(); err != nil {
-				return nil, err
-			}
-			counted = true
-		}
-		var until time.Time
-		if d > 0 {
-			until = local.Add(d)
-		}
-		if err := wait(until, sw.wake); err != nil {
-			return nil, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, Err: err}
+		t.state = storeGlobal
+		return false, time.Time{}, nil
+	}
+	t.state = storeAsking
+	if !t.watching {
+		// Before asking: a release between a refusal and the
+		// registration would be missed.
+		m.shared.watch(t.sw, p.scopes)
+		t.watching = true
+	}
+	ans, why, err := m.admitShared(t.ctx, p, &t.req)
+	if err == nil && ans.Admitted {
+		return true, time.Time{}, nil
+	}
+	m.global.release()
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if t.req.Since.IsZero() {
+		t.req.Since = ans.Now
+	}
+	t.gaveTurn = false
+	t.scope, t.why = ans.Scope, why
+	local := m.clock.Now()
+	var d time.Duration
+	if !ans.At.IsZero() {
+		d = max(ans.At.Sub(ans.Now), time.Millisecond)
+		// A concurrency or queue refusal's time is only a fallback
+		// wake (for redisstore the earliest lease expiry, up to
+		// LeaseTTL away; the end of the turn of the waiter ahead): a
+		// release, or that waiter's admission, may let this one go
+		// at any moment, so, as without a store, it is no reason to
+		// give up before the deadline.
+		if dl, ok := t.ctx.Deadline(); ok && why != ReasonConcurrency && why != ReasonQueue && dl.Before(local.Add(d)) {
+			return false, time.Time{}, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 		}
 	}
+	if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: why}); err != nil {
+		return false, time.Time{}, err
+	}
+	if !t.counted {
+		if err := m.countWaiting(); err != nil {
+			return false, time.Time{}, err
+		}
+		t.counted = true
+	}
+	var again time.Time
+	if d > 0 {
+		again = local.Add(d)
+	}
+	return false, again, nil
+}
+
+func (t *storeTurn) wake() <-chan struct{} {
+	switch t.state {
+	case storeGated:
+		return nil // only the time ends it
+	case storeGlobal:
+		return t.gw.wake
+	}
+	return t.sw.wake
+}
+
+func (t *storeTurn) woke() {
+	if t.state == storeGated {
+		t.state = storeAsking
+	}
+}
+
+func (t *storeTurn) cancelled(err error) error {
+	switch t.state {
+	case storeGated:
+		return &WaitError{Reason: ReasonGate, ReadyAt: t.notBefore, Err: err}
+	case storeGlobal:
+		t.m.global.leave(t.gw)
+		return &WaitError{Reason: ReasonGlobal, Err: err}
+	}
+	return &WaitError{Scope: scopeKey(t.p.scopes, t.scope), Reason: t.why, Err: err}
 }
 
 // isStoreFailure reports whether err is the store's failure (failing
@@ -376,8 +417,9 @@ func (m *ThrottlingManager) leaveShared(p *Permit, lease string) {
 	}
 }
 
-// tryShared is TryAcquire with the state in the store: one attempt.
-func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Admission, error) {
+// try is TryAcquire with the state in the store: one ask.
+func (e storeEngine) try(ctx context.Context, p *Permit, _ time.Time) (bool, Admission, error) {
+	m := e.m
 	if !m.global.tryFast() {
 		return false, Admission{Reason: ReasonGlobal}, nil
 	}
@@ -399,9 +441,10 @@ func (m *ThrottlingManager) tryShared(ctx context.Context, p *Permit) (bool, Adm
 // maxLearnRetries bounds the merges of learned state after conflicts.
 const maxLearnRetries = 3
 
-// releaseShared ends p's lease in the store with what each scope learned
-// from fb. local is the manager's clock at release.
-func (m *ThrottlingManager) releaseShared(p *Permit, local time.Time, fb *Feedback) {
+// release ends p's lease in the store with what each scope learned from
+// fb. local is the manager's clock at release.
+func (e storeEngine) release(p *Permit, local time.Time, fb *Feedback) {
+	m := e.m
 	now := p.acquired.Add(local.Sub(p.ext.local))
 	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
 	watch := watchesPolicy(&m.cfg.Hooks)

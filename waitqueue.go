@@ -59,13 +59,12 @@ func (q *waitQueue) wakeHead() {
 }
 
 // waiter is one caller blocked in Acquire. Only its own goroutine admits
-// it, dequeues it or touches its timer; others only signal it.
+// it or dequeues it; others only signal it.
 type waiter struct {
 	wake  chan struct{} // buffered 1: a signal is never lost, never blocks
 	nodes []qnode       // one per scope of the permit, same order
 	one   [1]qnode
 	gnode qnode // its place in the global queue
-	timer Timer
 	// blocker is the scope that held the waiter back at its last look
 	// (nil: none known, or the global cap). Written by the waiter with all
 	// its scopes locked, so whoever holds one of them may read it.
