@@ -4,9 +4,9 @@ package throttle
 // rate R per scope goes from the configured pace to what the server
 // allows. G is the fastest rate the server accepted long enough to prove
 // it, B the slowest it refused since (0: none); slots carry R at twice
-// the latency. A round, the answers to requests started since R last
-// changed, proves R with two answers or more (four near B) over 100 ms
-// and the last Retry-After, no refusal, and R, not else, pacing them.
+// the least latency. A round, the answers to requests started since R
+// last changed, proves R with two answers or more (four near B) over
+// 100 ms and the last Retry-After, no refusal, and R, not else, pacing.
 //
 //  1. Climb. A proven round sets G = R and raises R: doubling until a
 //     first refusal (TCP's slow start), then halfway to B on a log scale,
@@ -52,8 +52,8 @@ import (
 // Concurrency requests per latency) to what the server accepts, holds
 // just under it, and keeps probing above it; it follows a limit below
 // the configured pace down to one request per Backoff.MaxDelay. The
-// scope gets the slots that rate needs (twice the rate times the
-// latency), up to MaxConcurrency. Rampup owns the rate signals (429, and
+// scope gets the slots that rate needs (twice the rate times the least
+// latency of the last minute), up to MaxConcurrency. Rampup owns the rate signals (429, and
 // 5xx between successes); backoff keeps timeouts and outages. While
 // rampup is on, jitter never shortens a gap and lengthens it by 2 % at
 // most: a rate limiter refuses what comes early.
@@ -158,6 +158,12 @@ const (
 	rampupConcGain = 2
 	// rampupJitterMax is the widest jitter under rampup (rampupJitter).
 	rampupJitterMax = 0.02
+	// rampupMinLatWindow is how long the least latency counts
+	// (slotLatency): a minute. BBR keeps its least round trip ten seconds
+	// and drains its queue to measure it again; rampup drains only at a
+	// refusal, so it keeps it longer, and a latency that rose for good
+	// sizes the slots within a minute.
+	rampupMinLatWindow = time.Minute
 	// rampupFirstLatency is the latency assumed before the first answer,
 	// to size the slots: with one slot and a server that takes 2 s, the
 	// first round would be paced by the slot, not the rate.
@@ -207,7 +213,9 @@ type rampup struct {
 	gOK      int           // successes since gAt
 	measured bool          // G was measured (rule 5, 7), not proven by a round
 	lat      time.Duration // smoothed latency of successes
-	step     float64       // the next climb above G past B (a fraction); 0: slow start
+	latMin   time.Duration // the least latency of a success since latMinAt (0: none)
+	latMinAt time.Time
+	step     float64 // the next climb above G past B (a fraction); 0: slow start
 
 	changed time.Time     // when R last changed: the round's start
 	cut     time.Time     // when R last fell: older refusals are the event answered
@@ -305,7 +313,7 @@ func (r *rampup) minRate(cfg *ScopeConfig) float64 {
 
 // ceiling is the fastest rate rampup may try: 2 % under a rate the
 // server states, Rampup.MaxRate, and what MaxConcurrency slots carry
-// at the latency seen.
+// at the least latency of the last minute.
 func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
 	c := float64(rampupMaxRate)
 	if r.stated > 0 {
@@ -314,8 +322,8 @@ func (r *rampup) ceiling(cfg *ScopeConfig, globalCap int) float64 {
 	if m := cfg.Rampup.MaxRate; m > 0 {
 		c = min(c, m)
 	}
-	if r.lat > 0 {
-		c = min(c, float64(r.maxConc(cfg, globalCap))*float64(time.Second)/float64(r.lat))
+	if l := r.slotLatency(); l > 0 {
+		c = min(c, float64(r.maxConc(cfg, globalCap))*float64(time.Second)/float64(l))
 	}
 	return max(c, r.minRate(cfg))
 }
@@ -356,17 +364,30 @@ func (r *rampup) delay(cfg *ScopeConfig) (time.Duration, bool) {
 }
 
 // concurrency is the slots the current rate needs: twice the rate times
-// the latency, at least the configured concurrency, at most the cap.
+// the least latency of the last minute (slotLatency), at least the
+// configured concurrency, at most the cap.
 func (r *rampup) concurrency(cfg *ScopeConfig, globalCap int) (int, bool) {
 	if r == nil {
 		return 0, false
 	}
-	lat := r.lat
+	lat := r.slotLatency()
 	if lat == 0 {
 		lat = rampupFirstLatency
 	}
 	need := math.Ceil(rampupConcGain * r.current(cfg) * lat.Seconds())
 	return max(cfg.Concurrency, int(min(need, float64(r.maxConc(cfg, globalCap))))), true
+}
+
+// slotLatency is the latency the slots carry the rate at: the least of
+// the last minute, as BBR sizes its window by the least round trip, not
+// the smoothed one: a server that queues what comes early (nginx's delay
+// mode) answers later the more is in flight, and slots sized by that
+// latency would buy the queue more requests, and its overflow refusals.
+func (r *rampup) slotLatency() time.Duration {
+	if r.latMin > 0 {
+		return r.latMin
+	}
+	return r.lat
 }
 
 // learned reports whether rampup holds anything worth keeping.
@@ -445,6 +466,9 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		r.wait = min(ans.gate, rampupMaxMemory)
 	}
 	if !refused && ans.latency > 0 {
+		if r.latMin == 0 || ans.latency <= r.latMin || now.Sub(r.latMinAt) >= rampupMinLatWindow {
+			r.latMin, r.latMinAt = ans.latency, now
+		}
 		if r.lat == 0 {
 			r.lat = ans.latency
 		} else {

@@ -72,6 +72,32 @@ func TestRampupSlowStart(t *testing.T) {
 	assert.Equal(t, ReasonRampup, why)
 }
 
+// TestRampupSlotsAtLeastLatency: the slots carry the rate at the least
+// latency of the last minute, as BBR sizes its window by the least round
+// trip: a server that queues what comes early (nginx's delay mode)
+// answers later the more is in flight, and slots sized by the smoothed
+// latency would buy its queue more requests to overflow. A latency that
+// rose for good is taken once the minute is over.
+func TestRampupSlotsAtLeastLatency(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	for p.rate() < 16 {
+		r := p.rate()
+		require.True(t, p.until(100, 50*ms, ok, func() bool { return p.rate() != r }))
+	}
+	r := p.s.rampup
+	rate := p.rate()
+	p.paced(20, 2*time.Second, ok) // the queue's delay: the smoothed latency climbs
+	require.Greater(t, r.lat, time.Second, "the smoothed latency saw the queue")
+	assert.Equal(t, 50*ms, r.slotLatency())
+	assert.Equal(t, int(math.Ceil(2*p.rate()*0.05)), p.s.concurrency(), "twice the rate x the least latency")
+	assert.GreaterOrEqual(t, p.rate(), rate, "nor did the queue cap the rate")
+
+	p.advance(time.Minute) // the least latency is a minute old
+	p.paced(1, 2*time.Second, ok)
+	assert.Equal(t, 2*time.Second, r.slotLatency(), "a latency that rose for good")
+	assert.Equal(t, min(int(math.Ceil(2*p.rate()*2)), r.maxConc(&p.s.cfg, p.s.globalCap)), p.s.concurrency())
+}
+
 // TestRampupHeldBackProvesNothing: a round whose requests started slower
 // than the rate (another rule, another scope, a lack of requests held
 // them back) proves nothing: the rate does not climb.
