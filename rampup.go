@@ -33,9 +33,9 @@ package throttle
 //     confirmed by a later cycle, ends a window: the successes over the
 //     cycles set G and bound B; climbs then hold two cycles.
 //  6. Outage. Four 5xx in a row, no 2xx or 429 between: undone (to a G
-//     held 5 s at most), backoff probes; a 2xx sent since resumes at G,
-//     one sent in the run redoes it; a run a minute after either, or in
-//     the slow start, is a limiter's.
+//     held 5 s at most), backoff probes; a 2xx sent since resumes at G
+//     (measured, rule 3, if held), one sent in the run redoes it; a run
+//     a minute after either, or in the slow start, is a limiter's.
 //  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a
 //     window's (a reset two answers a second apart share, no more left),
 //     tried after 30 s; a reset that moves is a hint: B in the slow start.
@@ -620,6 +620,10 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		r.paused, r.run, r.drain, r.first, r.accAt = false, 0, false, now, now
 		r.resumed = now
 		r.setGood(now, r.good)
+		// A G the server held before the outage counts as measured: a
+		// refusal before it has held again drains (rule 3), rather than
+		// halving a G that has not been measured since.
+		r.measured = r.good <= r.held
 		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
 		return rampupLeft, true
 	case !refused:

@@ -692,6 +692,53 @@ func TestRampupOutageUndoesToAHeldG(t *testing.T) {
 	assert.Equal(t, 8.0, q.s.rampup.good)
 }
 
+// TestRampupResumedHeldGHolds (rule 6): a G the server held before an
+// outage is where the scope resumes, and counts as measured: a refusal
+// before it has held again drains the rate (rule 3's measured case), not
+// a cut that would halve G, since a G that has not yet held again cannot
+// be measured. A limiter that counts what it refused, just out of an
+// outage, refuses a request or two; halved, 0.33 req/s took minutes of
+// climbs held two cycles each to come back (internal/sim's grid, the
+// recovery after its outage).
+func TestRampupResumedHeldGHolds(t *testing.T) {
+	outage := func(p *policyRig) {
+		for range 4 {
+			p.paced(1, 10*ms, Feedback{Status: 503})
+		}
+		require.True(t, p.s.rampup.paused)
+		p.now = p.now.Add(2 * time.Minute)
+		p.answer(p.now.Add(-10*ms), ok) // backoff's probe: the outage is over
+		require.False(t, p.s.rampup.paused)
+	}
+	p := settledAt8(t)
+	p.paced(60, 10*ms, ok)
+	r := p.s.rampup
+	require.Equal(t, 8.0, r.held)
+	outage(p)
+	assert.True(t, r.measured, "held before the outage")
+	p.paced(2, 10*ms, ok)
+	p.paced(1, 10*ms, tooMany)
+	assert.Equal(t, 8.0, r.good, "G kept")
+	assert.True(t, r.drain, "the rate drains instead")
+	p.paced(1, 10*ms, ok)
+	assert.Equal(t, 8.0, p.rate(), "and the next success returns to G")
+
+	// A G the server never held is resumed at as before: a refusal soon
+	// after moves it.
+	q := newPolicy(t, rampConfig())
+	q.slowStartTo(16)
+	q.paced(1, 10*ms, tooMany) // the slow start ends: G 8, never held
+	q.now = q.now.Add(time.Second)
+	q.paced(1, 10*ms, ok)
+	outage(q)
+	rq := q.s.rampup
+	assert.False(t, rq.measured, "a G never held")
+	g := rq.good
+	q.paced(2, 10*ms, ok)
+	q.paced(1, 10*ms, tooMany)
+	assert.Less(t, rq.good, g, "G moved")
+}
+
 // TestRampupDrainUnderGReproves (rule 4): a drain that went under G (the
 // server refused G too) returns to G, which then holds as long as the
 // drain refused (and the proof time) before the next climb: a G proven
