@@ -293,17 +293,11 @@ func TestReadyQueueUnadmittable(t *testing.T) {
 	})
 }
 
-// BenchmarkReadyQueue: a crawl over 20,000 hosts, each allowed one
-// request a second (Concurrency 1, Delay 1s), with two requests queued
-// per host. Each op pushes one request and pops one; a popped request
-// holds its slot until the batch of pops it came in has ended, as a fetch
-// would, so pops meet hosts that wait for a slot (parked), for their delay
-// (waiting) and that can start. The clock moves 1s/20,000 per pop, so a
-// host comes due at each. push-ns and pop-ns are the two halves of an op;
-// pop-ns includes the TryAcquire calls it makes and the release of the
-// permit (with the queue's release hook).
-func BenchmarkReadyQueue(b *testing.B) {
-	const hosts, batch = 20000, 1000
+// benchReadyQueue makes the ReadyQueue benchmarks' queue: a manager on a
+// stepClock with a 1 s delay, and two requests queued for each of hosts
+// hosts, each also handed to also (the baseline's push).
+func benchReadyQueue(b *testing.B, hosts int, also func(*http.Request)) (*stepClock, *ReadyQueue, []*http.Request) {
+	b.Helper()
 	clock := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := benchConfig()
 	cfg.Clock = clock
@@ -319,8 +313,24 @@ func BenchmarkReadyQueue(b *testing.B) {
 			if err := q.Push(req, 0); err != nil {
 				b.Fatal(err)
 			}
+			also(req)
 		}
 	}
+	return clock, q, reqs
+}
+
+// BenchmarkReadyQueue: a crawl over 20,000 hosts, each allowed one
+// request a second (Concurrency 1, Delay 1s), with two requests queued
+// per host. Each op pushes one request and pops one; a popped request
+// holds its slot until the batch of pops it came in has ended, as a fetch
+// would, so pops meet hosts that wait for a slot (parked), for their delay
+// (waiting) and that can start. The clock moves 1s/20,000 per pop, so a
+// host comes due at each. push-ns and pop-ns are the two halves of an op;
+// pop-ns includes the TryAcquire calls it makes and the release of the
+// permit (with the queue's release hook).
+func BenchmarkReadyQueue(b *testing.B) {
+	const hosts, batch = 20000, 1000
+	clock, q, reqs := benchReadyQueue(b, hosts, func(*http.Request) {})
 	step := time.Second / hosts
 	var pushT, popT time.Duration
 	held := make([]*Permit, 0, batch)
@@ -452,26 +462,9 @@ func (f *heapFrontier) release(e *frontierHost) {
 // and reports the pops' time on each and their ratio.
 func BenchmarkReadyQueueVsHeap(b *testing.B) {
 	const hosts, batch = 20000, 1000
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := &stepClock{t: start}
-	cfg := benchConfig()
-	cfg.Clock = clock
-	cfg.Default.Delay = time.Second
-	m, err := New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reqs := benchRequests(b, hosts)
-	q := NewReadyQueue(m)
 	f := &heapFrontier{hosts: make(map[string]*frontierHost), delay: time.Second}
-	for range 2 {
-		for _, req := range reqs {
-			if err := q.Push(req, 0); err != nil {
-				b.Fatal(err)
-			}
-			f.push(req)
-		}
-	}
+	clock, q, reqs := benchReadyQueue(b, hosts, f.push)
+	start := clock.t
 	step := time.Second / hosts
 	fnow := start
 	var qT, fT time.Duration
