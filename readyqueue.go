@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"net/http"
 	"slices"
@@ -212,7 +211,7 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 		q.makeReady(g, now)
 	case g.state == setReady && g.entries[0].seq == e.seq: // a new head
 		q.rank(g, now)
-		heap.Fix(&q.ready, g.idx)
+		q.ready.fix(g.idx)
 	}
 	q.kick()
 	q.mu.Unlock()
@@ -387,7 +386,7 @@ func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, e
 // ready and asks the ready heads until one starts or none is left.
 func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, error) {
 	for len(q.waiting) > 0 && !q.waiting[0].readyAt.After(now) {
-		g := heap.Pop(&q.waiting).(*setQueue)
+		g := q.waiting.remove(0)
 		if g.state == setParked {
 			q.unpark(g, now) // its fallback time came before a release
 		} else {
@@ -395,7 +394,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 		}
 	}
 	for len(q.ready) > 0 {
-		g := q.ready[0]
+		g := q.ready[0].g
 		req := g.entries[0].req
 		if err := req.Context().Err(); err != nil {
 			q.removeHead(g, now)
@@ -403,7 +402,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 		}
 		if q.robotsTxt != nil {
 			if q.robotsHeld(g, now) {
-				heap.Pop(&q.ready)
+				q.ready.remove(0)
 				continue
 			}
 			if q.robotsTxt.cfg.Enforce {
@@ -428,7 +427,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			q.global = true
 			return nil, nil, time.Time{}, nil
 		case adm.At.IsZero():
-			heap.Pop(&q.ready)
+			q.ready.remove(0)
 			var fallback time.Time
 			if adm.Reason == ReasonQueue {
 				// Callers blocked in Acquire are ahead: their release
@@ -437,13 +436,13 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			}
 			q.park(g, fallback)
 		default:
-			heap.Pop(&q.ready)
+			q.ready.remove(0)
 			g.readyAt = adm.At
 			if !g.readyAt.After(now) {
 				g.readyAt = now.Add(time.Millisecond) // "not now" at a time that has come: don't spin
 			}
 			g.state = setWaiting
-			heap.Push(&q.waiting, g)
+			q.waiting.push(g)
 		}
 	}
 	if len(q.waiting) > 0 {
@@ -577,10 +576,10 @@ func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 	q.n--
 	if len(g.entries) > 0 {
 		q.rank(g, now)
-		heap.Fix(&q.ready, g.idx)
+		q.ready.fix(g.idx)
 		return
 	}
-	heap.Remove(&q.ready, g.idx)
+	q.ready.remove(g.idx)
 	g.state = setIdle
 	if len(g.keys) == 1 {
 		delete(q.single, g.keys[0])
@@ -593,7 +592,7 @@ func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 func (q *ReadyQueue) makeReady(g *setQueue, now time.Time) {
 	g.state = setReady
 	q.rank(g, now)
-	heap.Push(&q.ready, g)
+	q.ready.push(g)
 }
 
 // rank records the order of g's head among ready groups.
@@ -638,7 +637,7 @@ func (q *ReadyQueue) park(g *setQueue, fallback time.Time) {
 	q.nParked++
 	if !fallback.IsZero() {
 		g.readyAt = fallback
-		heap.Push(&q.waiting, g)
+		q.waiting.push(g)
 	}
 	if len(g.keys) == 1 {
 		return // found by its key in single
@@ -657,7 +656,7 @@ func (q *ReadyQueue) park(g *setQueue, fallback time.Time) {
 func (q *ReadyQueue) unpark(g *setQueue, now time.Time) {
 	q.nParked--
 	if g.idx >= 0 {
-		heap.Remove(&q.waiting, g.idx) // its fallback
+		q.waiting.remove(g.idx) // its fallback
 	}
 	if len(g.keys) > 1 {
 		for _, k := range g.keys {

@@ -109,12 +109,25 @@ func (h *entryHeap) pop() {
 }
 
 // readyHeap orders ready groups by their heads: higher priority, larger
-// quota share, pushed earlier.
-type readyHeap []*setQueue
+// quota share, pushed earlier. Each item holds its group's rank, so the
+// heap compares items without reaching into their groups: with thousands
+// of groups, each such reach missed the cache, twice a level of a sift.
+// A sift moves items into a hole, writing each moved group's idx once.
+type readyHeap []readyItem
 
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
+type readyItem struct {
+	prio    int
+	share   float64
+	headSeq uint64
+	g       *setQueue
+}
+
+// readyItemOf is g's item, with g's rank (rank).
+func readyItemOf(g *setQueue) readyItem {
+	return readyItem{prio: g.prio, share: g.share, headSeq: g.headSeq, g: g}
+}
+
+func (a *readyItem) before(b *readyItem) bool {
 	switch {
 	case a.prio != b.prio:
 		return a.prio > b.prio
@@ -123,50 +136,127 @@ func (h readyHeap) Less(i, j int) bool {
 	}
 	return a.headSeq < b.headSeq
 }
-func (h readyHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *readyHeap) Push(x any) {
-	g := x.(*setQueue)
-	g.idx = len(*h)
-	*h = append(*h, g)
-}
-func (h *readyHeap) Pop() any {
-	old := *h
-	g := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	g.idx = -1
-	return g
+
+func (h *readyHeap) push(g *setQueue) {
+	*h = append(*h, readyItem{})
+	h.place(len(*h)-1, readyItemOf(g))
 }
 
-// waitingHeap orders waiting groups by ready time, then push order.
-type waitingHeap []*setQueue
-
-func (h waitingHeap) Len() int { return len(h) }
-func (h waitingHeap) Less(i, j int) bool {
-	if !h[i].readyAt.Equal(h[j].readyAt) {
-		return h[i].readyAt.Before(h[j].readyAt)
+// remove takes out the group at i, and returns it.
+func (h *readyHeap) remove(i int) *setQueue {
+	s := *h
+	g, n := s[i].g, len(s)-1
+	last := s[n]
+	s[n] = readyItem{}
+	*h = s[:n]
+	if i < n {
+		h.place(i, last)
 	}
-	return h[i].headSeq < h[j].headSeq
-}
-func (h waitingHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *waitingHeap) Push(x any) {
-	g := x.(*setQueue)
-	g.idx = len(*h)
-	*h = append(*h, g)
-}
-func (h *waitingHeap) Pop() any {
-	old := *h
-	g := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
 	g.idx = -1
 	return g
+}
+
+// fix puts the group at i in its place again after its rank changed.
+func (h *readyHeap) fix(i int) { h.place(i, readyItemOf((*h)[i].g)) }
+
+// place puts it in the heap at i, a hole, sifting it up or down.
+func (h *readyHeap) place(i int, it readyItem) {
+	s := *h
+	j := i
+	for j > 0 {
+		p := (j - 1) / 2
+		if !it.before(&s[p]) {
+			break
+		}
+		s[j] = s[p]
+		s[j].g.idx = j
+		j = p
+	}
+	for j == i {
+		c := 2*j + 1
+		if c >= len(s) {
+			break
+		}
+		if r := c + 1; r < len(s) && s[r].before(&s[c]) {
+			c = r
+		}
+		if !s[c].before(&it) {
+			break
+		}
+		s[j] = s[c]
+		s[j].g.idx = j
+		j, i = c, c
+	}
+	s[j] = it
+	it.g.idx = j
+}
+
+// waitingHeap orders waiting groups by ready time, then push order; its
+// items hold both, as readyHeap's hold the rank.
+type waitingHeap []waitingItem
+
+type waitingItem struct {
+	readyAt time.Time
+	headSeq uint64
+	g       *setQueue
+}
+
+func (a *waitingItem) before(b *waitingItem) bool {
+	if !a.readyAt.Equal(b.readyAt) {
+		return a.readyAt.Before(b.readyAt)
+	}
+	return a.headSeq < b.headSeq
+}
+
+func (h *waitingHeap) push(g *setQueue) {
+	*h = append(*h, waitingItem{})
+	h.place(len(*h)-1, waitingItem{readyAt: g.readyAt, headSeq: g.headSeq, g: g})
+}
+
+// remove takes out the group at i, and returns it.
+func (h *waitingHeap) remove(i int) *setQueue {
+	s := *h
+	g, n := s[i].g, len(s)-1
+	last := s[n]
+	s[n] = waitingItem{}
+	*h = s[:n]
+	if i < n {
+		h.place(i, last)
+	}
+	g.idx = -1
+	return g
+}
+
+// place is readyHeap.place.
+func (h *waitingHeap) place(i int, it waitingItem) {
+	s := *h
+	j := i
+	for j > 0 {
+		p := (j - 1) / 2
+		if !it.before(&s[p]) {
+			break
+		}
+		s[j] = s[p]
+		s[j].g.idx = j
+		j = p
+	}
+	for j == i {
+		c := 2*j + 1
+		if c >= len(s) {
+			break
+		}
+		if r := c + 1; r < len(s) && s[r].before(&s[c]) {
+			c = r
+		}
+		if !s[c].before(&it) {
+			break
+		}
+		s[j] = s[c]
+		s[j].g.idx = j
+		j, i = c, c
+	}
+	s[j] = it
+	it.g.idx = j
 }
 
 // popper is a caller blocked in Pop.
