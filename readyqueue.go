@@ -369,8 +369,16 @@ func (q *ReadyQueue) Close() []*http.Request {
 func (q *ReadyQueue) tryPop(now time.Time) (*http.Request, *Permit, time.Time, error) {
 	// A release from now on finds the hook armed, so it sees a group
 	// this attempt parks: in pending during the attempt, under mu after.
-	q.armed.Store(true)
-	defer func() { q.armed.Store(q.nParked > 0 || q.global) }()
+	// armed is written under mu only: a store that would change nothing
+	// is spared (each is a locked instruction).
+	if !q.armed.Load() {
+		q.armed.Store(true)
+	}
+	defer func() {
+		if armed := q.nParked > 0 || q.global; !armed {
+			q.armed.Store(false)
+		}
+	}()
 	for {
 		q.attempting.Store(true)
 		req, p, at, err := q.attempt(now)
