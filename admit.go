@@ -124,15 +124,29 @@ func (e localEngine) try(_ context.Context, p *Permit, now time.Time) (bool, Adm
 // many hosts can keep a ready-time queue with it instead of parking a
 // goroutine per request.
 func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
+	return m.tryAcquire(req, nil)
+}
+
+// tryAcquire is TryAcquire. g, if not nil, is the ReadyQueue group at
+// whose head req is: without a Scoper and a Store, req's scopes are the
+// group's (the context's or the host's, which stay as they were at Push),
+// and the Permit is made from them, without resolving them again
+// (groupPermit).
+func (m *ThrottlingManager) tryAcquire(req *http.Request, g *setQueue) (*Permit, Admission, error) {
 	ctx := context.Background()
 	if req != nil {
 		ctx = req.Context()
 	}
 	now := m.clock.Now()
 	m.beforeAdmit(now)
-	p, err := m.newPermit(ctx, req, now, true)
-	if err != nil {
-		return nil, Admission{}, err
+	var p *Permit
+	if g != nil && m.cfg.Scoper == nil && m.shared == nil {
+		p = m.groupPermit(req, now, g)
+	} else {
+		var err error
+		if p, err = m.newPermit(ctx, req, now, true); err != nil {
+			return nil, Admission{}, err
+		}
 	}
 	ok, adm, err := m.engineAt(now).try(ctx, p, now)
 	if err == errUseLocal {
@@ -208,6 +222,29 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		return nil, err
 	}
 	return p, nil
+}
+
+// groupPermit is newPermit for req, the head of the ReadyQueue group g,
+// whose scopes newPermit resolved at Push: g's scopes, with the head's
+// costs. A scope forgotten since is looked up again by the admission
+// (tryFast), as one forgotten after newPermit is.
+func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *setQueue) *Permit {
+	if now.UnixNano()-m.sweepNext.Load() >= 0 {
+		m.sweepStep(now)
+	}
+	p := unusedPermits.Get().(*Permit)
+	p.m, p.req = m, req
+	p.noAdjust = noAdjust(req.Context())
+	if len(g.scopes) == 1 {
+		p.scopes = p.one[:1]
+	} else {
+		p.scopes = make([]held, len(g.scopes))
+	}
+	e := &g.entries[0]
+	for i, s := range g.scopes {
+		p.scopes[i] = held{s: s, cost: e.costOf(i)}
+	}
+	return p
 }
 
 func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error) {

@@ -420,7 +420,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 				}
 			}
 		}
-		p, adm, err := q.m.TryAcquire(req)
+		p, adm, err := q.m.tryAcquire(req, g)
 		switch {
 		case err != nil:
 			q.removeHead(g, now)
