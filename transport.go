@@ -86,7 +86,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	clock := t.m.clock
 	lt := newLatencyTrace(clock)
-	traced := req.WithContext(httptrace.WithClientTrace(ctx, &lt.hooks))
+	traced := req.WithContext(lt.context(ctx))
 	defer func() {
 		// The base RoundTripper or the FeedbackFunc panicked: give the
 		// slots back (doneAt does nothing if they were), then go on.
@@ -162,6 +162,18 @@ var latencyTraces = sync.Pool{New: func() any {
 	lt.hooks.GotFirstResponseByte = func() { lt.first.Store(lt.clock.Now().UnixNano()) }
 	return lt
 }}
+
+// context returns ctx with lt's hooks as its ClientTrace. When ctx
+// carries a ClientTrace of the caller's, httptrace composes the two,
+// which changes the hooks it is given: those are then a copy of lt's,
+// which is reused for other requests.
+func (lt *latencyTrace) context(ctx context.Context) context.Context {
+	if httptrace.ContextClientTrace(ctx) != nil {
+		hooks := lt.hooks
+		return httptrace.WithClientTrace(ctx, &hooks)
+	}
+	return httptrace.WithClientTrace(ctx, &lt.hooks)
+}
 
 // newLatencyTrace returns an empty latencyTrace that reads clock.
 func newLatencyTrace(clock Clock) *latencyTrace {

@@ -411,3 +411,34 @@ func TestLatencyTraceReusedEmpty(t *testing.T) {
 		lt.reuse()
 	}
 }
+
+// TestTransportCallerTrace: a caller's ClientTrace on the request's
+// context gets its events, for that request only: the Transport's own
+// hooks, reused for later requests, keep none of it.
+func TestTransportCallerTrace(t *testing.T) {
+	cfg := plainConfig()
+	cfg.Default.Delay = 0
+	m := newManager(t, cfg)
+	rt := fakeRT(func(req *http.Request) (*http.Response, error) {
+		if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotFirstResponseByte != nil {
+			tr.GotFirstResponseByte()
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	})
+	client := &http.Client{Transport: m.Transport(rt)}
+	var mine atomic.Int32
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { mine.Add(1) },
+	})
+	for i := range 4 {
+		req, err := http.NewRequest(http.MethodGet, "http://a.example/", nil)
+		require.NoError(t, err)
+		if i == 0 {
+			req = req.WithContext(ctx)
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	assert.Equal(t, int32(1), mine.Load())
+}
