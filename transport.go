@@ -154,25 +154,49 @@ type latencyTrace struct {
 	conn, first atomic.Int64 // UnixNano; 0 when not seen
 	clock       Clock
 	hooks       httptrace.ClientTrace // its closures made once, reading the fields above
+	// traced is httptrace.WithClientTrace(context.Background(), &hooks),
+	// made once: the part of a request's traced context that answers
+	// the trace (tracedContext).
+	traced context.Context
 }
 
 var latencyTraces = sync.Pool{New: func() any {
 	lt := new(latencyTrace)
 	lt.hooks.GotConn = func(httptrace.GotConnInfo) { lt.conn.Store(lt.clock.Now().UnixNano()) }
 	lt.hooks.GotFirstResponseByte = func() { lt.first.Store(lt.clock.Now().UnixNano()) }
+	lt.traced = httptrace.WithClientTrace(context.Background(), &lt.hooks)
 	return lt
 }}
 
-// context returns ctx with lt's hooks as its ClientTrace. When ctx
-// carries a ClientTrace of the caller's, httptrace composes the two,
-// which changes the hooks it is given: those are then a copy of lt's,
-// which is reused for other requests.
+// context returns ctx with lt's hooks as its ClientTrace, as
+// httptrace.WithClientTrace(ctx, &lt.hooks) does. When ctx carries a
+// ClientTrace of the caller's, it is that: WithClientTrace composes the
+// two, on a copy of the hooks (composing changes them, and lt is reused).
+// Otherwise it is a tracedContext, without WithValue's checks and with a
+// smaller allocation.
 func (lt *latencyTrace) context(ctx context.Context) context.Context {
 	if httptrace.ContextClientTrace(ctx) != nil {
 		hooks := lt.hooks
 		return httptrace.WithClientTrace(ctx, &hooks)
 	}
-	return httptrace.WithClientTrace(ctx, &lt.hooks)
+	return &tracedContext{Context: ctx, traced: lt.traced}
+}
+
+// tracedContext is a request's context with a latencyTrace's hooks: the
+// trace's key answers from traced, any other from the request's context.
+// It holds the request's context, not the latencyTrace, which is reused
+// while the base RoundTripper may still read the context (a body's read
+// watches it).
+type tracedContext struct {
+	context.Context
+	traced context.Context
+}
+
+func (c *tracedContext) Value(key any) any {
+	if v := c.traced.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
 }
 
 // newLatencyTrace returns an empty latencyTrace that reads clock.
