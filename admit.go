@@ -200,13 +200,9 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	switch {
 	case fromCtx:
 	case m.cfg.Scoper == nil:
-		h, err := requestHost(req)
-		if err != nil {
-			return nil, err
-		}
 		p.scopes = p.one[:1]
 		p.scopes[0].cost = 1
-		s, err := m.lookup(h, now)
+		s, err := m.hostScope(req, now) // lookup(requestHost(req))
 		if err != nil {
 			return nil, err
 		}

@@ -9,12 +9,15 @@ import (
 	"hash/maphash"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/crawlerkit/throttle/internal/scopekey"
 )
 
 const numShards = 64
@@ -62,6 +65,9 @@ type scope struct {
 	lastUsed int64 // Unix ns: 8 bytes, where a time.Time takes 24 (a scope a host)
 	explicit bool
 	dead     bool // forgotten for idleness; look it up again
+	// plain says the key is a normalised host name (scopekey.Plain): a
+	// URL whose host is the key has this scope by default (hostScope).
+	plain bool
 	// signal says the policy took the last answer for a backoff signal
 	// (the series chart reads it after the release).
 	signal bool
@@ -162,6 +168,36 @@ func (m *ThrottlingManager) shardIndex(h uint64) uint64 {
 // (restore).
 func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	sh, h := m.hashShard(key)
+	if s := sh.find(key); s != nil {
+		return s, nil
+	}
+	return m.create(sh, h, key, now)
+}
+
+// hostScope is lookup(requestHost(req)). When the scope of the URL's host
+// as it is exists with a plain key (scope.plain), that host is its own
+// scope key, and requestHost's check of it is spared.
+func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope, error) {
+	if req.URL != nil {
+		host := req.URL.Host
+		sh, h := m.hashShard(host)
+		s := sh.find(host)
+		switch {
+		case s != nil && s.plain:
+			return s, nil
+		case s == nil && scopekey.Plain(host): // requestHost returns host: hashed already
+			return m.create(sh, h, host, now)
+		}
+	}
+	key, err := requestHost(req)
+	if err != nil {
+		return nil, err
+	}
+	return m.lookup(key, now)
+}
+
+// find returns the scope of key in sh, nil when there is none.
+func (sh *shard) find(key string) *scope {
 	sh.mu.RLock()
 	s := sh.last.Load()
 	if s == nil || s.key != key {
@@ -170,16 +206,19 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 		}
 	}
 	sh.mu.RUnlock()
-	if s != nil {
-		return s, nil
-	}
+	return s
+}
+
+// create is lookup for key, of the shard sh and hash h, which find did
+// not find in sh: it makes the scope, unless another caller did first.
+func (m *ThrottlingManager) create(sh *shard, h uint64, key string, now time.Time) (*scope, error) {
 	ns, err := m.newScope(key, now)
 	if err != nil {
 		return nil, err
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s = sh.m[key]; s != nil {
+	if s := sh.m[key]; s != nil {
 		return s, nil
 	}
 	sh.m[ns.key] = ns
@@ -296,7 +335,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 		f = m.factory
 	}
 	pol, guarded := policyOf(f(p), key)
-	s := &scope{key: key, pol: pol, explicit: explicit, lastUsed: now.UnixNano()}
+	s := &scope{key: key, pol: pol, explicit: explicit, plain: scopekey.Plain(key), lastUsed: now.UnixNano()}
 	if guarded {
 		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}
