@@ -95,7 +95,16 @@ func (e localEngine) acquire(ctx context.Context, p *Permit, now, notBefore time
 	if !notBefore.IsZero() && notBefore.After(now) { // IsZero: inline, After: a call
 		return m.wait(ctx, p, notBefore)
 	}
-	ok, adm, who := m.tryFast(p, now)
+	var (
+		ok  bool
+		adm Admission
+		who int
+	)
+	if len(p.scopes) == 1 { // tryFast's own test, sparing its call
+		ok, adm, who = m.tryFastOne(p, now)
+	} else {
+		ok, adm, who = m.tryFast(p, now)
+	}
 	if ok {
 		return p, nil
 	}

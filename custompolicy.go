@@ -76,9 +76,9 @@ func (c *custom) begin(t *Ticket, now time.Time, cost int64, _ bool) {
 	*t = c.mgr.Start(now, cost)
 }
 
-func (c *custom) end(now time.Time, t Ticket, fb Feedback, _ bool) (signal bool, changed *Feedback) {
+func (c *custom) end(now time.Time, t *Ticket, fb Feedback, _ bool) (signal bool, changed *Feedback) {
 	changed = &fb // on the heap: the manager may keep it
-	c.finish(now, t, changed)
+	c.finish(now, *t, changed)
 	return changed.Backoff && changed.appliesTo(c.key), changed
 }
 

@@ -160,7 +160,14 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	p.m.release(p, now, fb)
+	m := p.m
+	if e := p.ext; e != nil && e.shared {
+		m.release(p, now, fb)
+		return
+	}
+	// release's local path, without its call.
+	m.releasing(p) // observers.go
+	localEngine{m}.release(p, now, fb)
 }
 
 // release gives p's slots back and hands fb to each scope's policy.
@@ -196,7 +203,7 @@ func (e localEngine) release(p *Permit, now time.Time, fb *Feedback) {
 		if watch {
 			before, _ = h.s.pol.snap()
 		}
-		signal, changed := h.s.pol.end(now, h.ticket, *fb, p.robotsFetch)
+		signal, changed := h.s.pol.end(now, &h.ticket, *fb, p.robotsFetch)
 		if changed != nil {
 			fb = changed // later scopes see what a custom Finish changed
 		}

@@ -36,11 +36,13 @@ type policy interface {
 	admitLatest(now time.Time, cost int64) (a Admission, latest time.Time, same bool)
 	startLatest(t *Ticket, latest time.Time, raised bool, cost int64)
 	// end takes fb by value: a pointer given to an interface method
-	// escapes, and fb lives on the releasing caller's stack. A policy
-	// that hands fb on to code that may change it (a user's Finish)
-	// returns the changed Feedback, which the request's later scopes get;
-	// the default policy changes nothing and returns nil.
-	end(now time.Time, t Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback)
+	// escapes, and fb lives on the releasing caller's stack. t is the
+	// Permit's own Ticket, on the heap already, which end does not
+	// change. A policy that hands fb on to code that may change it (a
+	// user's Finish) returns the changed Feedback, which the request's
+	// later scopes get; the default policy changes nothing and returns
+	// nil.
+	end(now time.Time, t *Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback)
 	idleness(now time.Time) Idleness
 	reconfigure(now time.Time, cfg ScopeConfig)
 

@@ -144,7 +144,7 @@ func TestCustomPolicyFeedbackChanged(t *testing.T) {
 			now := time.Unix(1e9, 0)
 			var tk Ticket
 			c.begin(&tk, now, 1, false)
-			signal, changed := c.end(now, tk, Feedback{Status: 200}, false)
+			signal, changed := c.end(now, &tk, Feedback{Status: 200}, false)
 			assert.Equal(t, tc.signal, signal)
 			require.NotNil(t, changed)
 			assert.Equal(t, tc.backoff, changed.Backoff)

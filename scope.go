@@ -530,11 +530,11 @@ func (s *defaultScope) jitterFactor() float64 {
 // end is Finish for the coordinator (policy.go): robots marks the
 // manager's robots.txt fetch (finishRobots). It returns whether fb was a
 // backoff signal for the scope; it changes no Feedback.
-func (s *defaultScope) end(now time.Time, t Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback) {
+func (s *defaultScope) end(now time.Time, t *Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback) {
 	if robots {
-		s.finishRobotsIn(now, &t, &fb)
+		s.finishRobotsIn(now, t, &fb)
 	} else {
-		s.finish(now, &t, &fb)
+		s.finish(now, t, &fb)
 	}
 	return s.lastSignal, nil
 }

@@ -52,8 +52,7 @@ type Limits struct {
 // state's times go back with it (see rebase), so no wait is longer than
 // the rule's own.
 func (a *State) Check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
-	a.rebase(now)
-	return a.check(now, l, slotDelay, quota, window, cost)
+	return a.CheckLatest(now, true, l, slotDelay, quota, window, cost) // raised: the rebase a Check makes
 }
 
 // CheckLatest is Check at now, a time that LatestRaised returned with
@@ -62,11 +61,6 @@ func (a *State) CheckLatest(now time.Time, raised bool, l *Limits, slotDelay tim
 	if raised {
 		a.rebase(now)
 	}
-	return a.check(now, l, slotDelay, quota, window, cost)
-}
-
-// check is Check after the rebase.
-func (a *State) check(now time.Time, l *Limits, slotDelay time.Duration, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
 	if a.InFlight >= l.Conc {
 		return time.Time{}, Concurrency
 	}
