@@ -99,7 +99,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(traced)
 	now := clock.Now()
 	if err != nil {
-		fb := t.feedback(now, nil, err)
+		var fb Feedback
+		t.feedback(&fb, now, nil, err)
 		fb.Latency = lt.latency(start, now)
 		p.done(now, &fb, false)
 		return nil, err // lt is not reused: a hook may still come (see latencyTrace)
@@ -107,7 +108,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.Request == traced {
 		resp.Request = req
 	}
-	fb := t.feedback(now, resp, nil)
+	var fb Feedback
+	t.feedback(&fb, now, resp, nil)
 	fb.Latency = lt.latency(start, now)
 	lt.reuse()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && fb.HasWait && fb.Wait > 0 {
@@ -121,14 +123,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// feedback is the manager's FeedbackFunc on a round trip's outcome; the
-// default one fills the Feedback in place (see Permit.Release).
-func (t *Transport) feedback(now time.Time, resp *http.Response, err error) (fb Feedback) {
+// feedback fills *fb, zero, with the manager's FeedbackFunc on a round
+// trip's outcome; the default one fills it in place, with no copy of the
+// Feedback returned (see Permit.Release).
+func (t *Transport) feedback(fb *Feedback, now time.Time, resp *http.Response, err error) {
 	if t.m.customFeedback {
-		return t.m.feedback(now, resp, err)
+		*fb = t.m.feedback(now, resp, err)
+		return
 	}
-	defaultFeedback(&fb, now, resp, err)
-	return fb
+	defaultFeedback(fb, now, resp, err)
 }
 
 // admission returns the context a request with the context ctx is
