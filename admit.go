@@ -192,6 +192,30 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
+	rctx := req.Context()
+	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
+	scopes, fromCtx := ScopesFromContext(ctx)
+	if !fromCtx && other {
+		scopes, fromCtx = ScopesFromContext(rctx)
+	}
+	na := noAdjust(ctx) || (other && noAdjust(rctx))
+	if !fromCtx && m.cfg.Scoper == nil {
+		s, err := m.hostScope(req, now) // lookup(requestHost(req))
+		if err != nil {
+			return nil, err
+		}
+		// Made once its scope is known, the Permit is filled by the
+		// stores that initialise it, which need no write barriers.
+		var p *Permit
+		if pooled {
+			p = unusedPermits.Get().(*Permit)
+			p.m, p.req, p.noAdjust, p.one[0] = m, req, na, held{s: s, cost: 1}
+		} else {
+			p = &Permit{m: m, req: req, noAdjust: na, one: [1]held{{s: s, cost: 1}}}
+		}
+		p.scopes = p.one[:1]
+		return p, nil
+	}
 	var p *Permit
 	if pooled {
 		p = unusedPermits.Get().(*Permit)
@@ -199,25 +223,8 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	} else {
 		p = &Permit{m: m, req: req}
 	}
-	rctx := req.Context()
-	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
-	scopes, fromCtx := ScopesFromContext(ctx)
-	if !fromCtx && other {
-		scopes, fromCtx = ScopesFromContext(rctx)
-	}
-	p.noAdjust = noAdjust(ctx) || (other && noAdjust(rctx))
-	switch {
-	case fromCtx:
-	case m.cfg.Scoper == nil:
-		p.scopes = p.one[:1]
-		p.scopes[0].cost = 1
-		s, err := m.hostScope(req, now) // lookup(requestHost(req))
-		if err != nil {
-			return nil, err
-		}
-		p.scopes[0].s = s
-		return p, nil
-	default:
+	p.noAdjust = na
+	if !fromCtx {
 		var err error
 		if scopes, err = m.callScoper(req); err != nil {
 			return nil, err
