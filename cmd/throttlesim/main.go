@@ -25,6 +25,7 @@ type options struct {
 	list     bool
 	grid     bool
 	gridSeed uint64
+	grids    int
 	shapes   int
 	top      int
 	markdown bool
@@ -41,6 +42,7 @@ func main() {
 	flag.BoolVar(&o.list, "list", false, "list the scenarios and their policies, then exit")
 	flag.BoolVar(&o.grid, "grid", false, "run the grid of limiter shapes instead (worst shapes first, each the worst of -seeds seeds, 4 unless given)")
 	flag.Uint64Var(&o.gridSeed, "grid-seed", 1, "with -grid: the seed that draws the shapes")
+	flag.IntVar(&o.grids, "grids", 1, "with -grid: draw N grids, with grid seeds grid-seed..grid-seed+N-1, and judge their shapes together")
 	flag.IntVar(&o.shapes, "shapes", 200, "with -grid: how many shapes to draw")
 	flag.IntVar(&o.top, "top", 0, "with -grid: print the worst N shapes only (0: all)")
 	flag.BoolVar(&o.markdown, "markdown", false, "with -grid: a Markdown table (the README's)")
@@ -124,14 +126,21 @@ func run(stdout, stderr io.Writer, o options) error {
 	return nil
 }
 
-// runGrid runs the grid: o.shapes shapes drawn with o.gridSeed, each on
-// seeds o.seed..o.seed+o.seeds-1, printed worst first.
+// runGrid runs the grid: o.shapes shapes drawn with each grid seed of
+// o.gridSeed..o.gridSeed+o.grids-1, each shape on seeds
+// o.seed..o.seed+o.seeds-1, printed worst first, then the summary and the
+// worst figures.
 func runGrid(stdout, stderr io.Writer, o options) error {
+	o.grids = max(o.grids, 1)
 	if o.seeds < 1 || o.shapes < 1 {
 		return fmt.Errorf("-seeds %d, -shapes %d: want at least 1", o.seeds, o.shapes)
 	}
 	start := time.Now()
-	rows := sim.RunGrid(sim.GridShapes(o.gridSeed, o.shapes), o.seed, o.seeds, 0)
+	var shapes []sim.Shape
+	for g := range uint64(o.grids) {
+		shapes = append(shapes, sim.GridShapes(o.gridSeed+g, o.shapes)...)
+	}
+	rows := sim.RunGrid(shapes, o.seed, o.seeds, 0)
 	shown := rows
 	if o.top > 0 && o.top < len(rows) {
 		shown = rows[:o.top]
@@ -145,8 +154,12 @@ func runGrid(stdout, stderr io.Writer, o options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "%s; grid seed %d, seeds %d-%d (worst of %d per figure), %v real time\n", sim.GridSummary(rows),
-		o.gridSeed, o.seed, o.seed+uint64(o.seeds)-1, o.seeds, time.Since(start).Round(time.Millisecond))
+	grids := fmt.Sprintf("grid seed %d", o.gridSeed)
+	if o.grids > 1 {
+		grids = fmt.Sprintf("grid seeds %d-%d", o.gridSeed, o.gridSeed+uint64(o.grids)-1)
+	}
+	fmt.Fprintf(stderr, "%s; %s, seeds %d-%d (worst of %d per figure), %v real time\n%s\n", sim.GridSummary(rows),
+		grids, o.seed, o.seed+uint64(o.seeds)-1, o.seeds, time.Since(start).Round(time.Millisecond), sim.GridWorst(rows))
 	return nil
 }
 

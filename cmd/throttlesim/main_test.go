@@ -112,4 +112,20 @@ func TestRunGrid(t *testing.T) {
 	if err := runGrid(&out, &errOut, options{seeds: 0, shapes: 7}); err == nil {
 		t.Fatal("-seeds 0 accepted")
 	}
+	// -grids judges the shapes of several grid seeds together, and the
+	// summary names the worst figures.
+	out.Reset()
+	errOut.Reset()
+	o = options{seed: 1, seeds: 1, gridSeed: 1, grids: 2, shapes: 4}
+	if err := runGrid(&out, &errOut, o); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 9 {
+		t.Fatalf("-grids 2 -shapes 4: want 8 rows:\n%s", out.String())
+	}
+	for _, want := range []string{"8 shapes, ", "grid seeds 1-2, seeds 1-1", "\nworst: to 90 % "} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Fatalf("summary without %q: %s", want, errOut.String())
+		}
+	}
 }

@@ -371,6 +371,47 @@ func GridSummary(rows []GridRow) string {
 	return fmt.Sprintf("%d shapes, %d miss a target (%s)", len(rows), failed, strings.Join(parts, ", "))
 }
 
+// GridWorst names the rows' worst figures, each with its shape: the
+// latest cold start, the lowest share, the most refusals a minute; and
+// the cold starts over their targets, as a geometric mean and as the
+// count at more than twice the target (a cold start that never came
+// counts ten times its target). Counts of misses jump by a few shapes
+// with any change, either way; these move with it.
+func GridWorst(rows []GridRow) string {
+	if len(rows) == 0 {
+		return "no shapes"
+	}
+	var (
+		cold, share, sig    = -1.0, math.Inf(1), -1.0
+		coldAt, shAt, sigAt string
+		logSum              float64
+		over2               int
+	)
+	for _, r := range rows {
+		m, name := r.Metrics, r.Shape.Name()
+		c := 10 * r.Targets.Cold90 // never: ten times the target
+		if m.ColdStart90 != nil && *m.ColdStart90 >= 0 {
+			c = *m.ColdStart90
+		}
+		if c > cold {
+			cold, coldAt = c, name
+		}
+		ratio := max(c, 1) / r.Targets.Cold90
+		logSum += math.Log(ratio)
+		if ratio > 2 {
+			over2++
+		}
+		if v := m.OKPerCapacity; v != nil && *v < share {
+			share, shAt = *v, name
+		}
+		if m.SignalsPerMin > sig {
+			sig, sigAt = m.SignalsPerMin, name
+		}
+	}
+	return fmt.Sprintf("worst: to 90 %% %.0f s (%s), share %.1f %% (%s), %.2f refusals/min (%s); cold start over its target: geometric mean %.3f, %d over twice",
+		cold, coldAt, 100*share, shAt, sig, sigAt, math.Exp(logSum/float64(len(rows))), over2)
+}
+
 // gridTargetNames are the targets as GridRow.Misses names them.
 var gridTargetNames = []string{"cold", "share", "signals", "outage", "recover"}
 

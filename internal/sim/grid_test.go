@@ -334,3 +334,25 @@ func TestCountingLimiterAnswering503IsNoOutage(t *testing.T) {
 		t.Errorf("%s: %.1f %% of the limit over minutes 5-15, want >= 95 %%:\n%s", s.Name(), 100*share, b.String())
 	}
 }
+
+// TestGridWorst: the worst figures are each the worst row's, with its
+// shape; a cold start that never came counts ten times its target.
+func TestGridWorst(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	shapes := GridShapes(1, 3)
+	rows := []GridRow{
+		{Shape: shapes[0], Targets: GridTargets{Cold90: 60}, Metrics: Metrics{ColdStart90: f(30), OKPerCapacity: f(0.99), SignalsPerMin: 0.5}},
+		{Shape: shapes[1], Targets: GridTargets{Cold90: 60}, Metrics: Metrics{ColdStart90: f(-1), OKPerCapacity: f(0.80), SignalsPerMin: 0.1}},
+		{Shape: shapes[2], Targets: GridTargets{Cold90: 90}, Metrics: Metrics{ColdStart90: f(135), OKPerCapacity: f(0.97), SignalsPerMin: 3}},
+	}
+	got := GridWorst(rows)
+	// (30/60 x 600/60 x 135/90)^(1/3) = 7.5^(1/3) = 1.957; the one that never came is over twice
+	want := fmt.Sprintf("worst: to 90 %% 600 s (%s), share 80.0 %% (%s), 3.00 refusals/min (%s); cold start over its target: geometric mean 1.957, 1 over twice",
+		shapes[1].Name(), shapes[1].Name(), shapes[2].Name())
+	if got != want {
+		t.Errorf("GridWorst:\n got %s\nwant %s", got, want)
+	}
+	if got := GridWorst(nil); got != "no shapes" {
+		t.Errorf("GridWorst(nil) = %q", got)
+	}
+}
