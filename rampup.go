@@ -29,9 +29,9 @@ package throttle
 //     down to two per time since the event; the success returns R to G,
 //     which holds the drain's time and a proof time if R went under it.
 //  5. Quota. A drain of 1 s or more, longer than what the server
-//     accepted before it (10 successes), with refusals over 1 s or
-//     confirmed by a later cycle, ends a window: the successes over the
-//     cycles set G and bound B; climbs then hold two cycles.
+//     accepted before it (10 successes), with refusals over 1 s or a
+//     later cycle agreeing, ends a window: its successes set G and a
+//     bound B, passed as rule 1's once G meets it; climbs hold 2 cycles.
 //  6. Outage. Four 5xx in a row, no 2xx or 429 between: undone (to a G
 //     held 5 s at most), backoff probes; a 2xx sent since resumes at G
 //     (measured, rule 3, if held), one sent in the run redoes it; a run
@@ -254,6 +254,7 @@ type rampup struct {
 	// the last drain's cycle as rule 5 measured it, to be confirmed by
 	// the next (0: none)
 	cycLo, cycHi float64
+	bRule5       bool      // B is rule 5's bound, which no climb has met: G reaching it goes on past it
 	accAt        time.Time // the end of the last drain (first, before any)
 	accOK        int       // successes since accAt
 
@@ -409,7 +410,7 @@ func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float6
 
 // settleAt settles at 2 % under a rate s the server states (rule 7).
 func (r *rampup) settleAt(now time.Time, cfg *ScopeConfig, gc int, s float64) {
-	r.bad = s
+	r.bad, r.bRule5 = s, false
 	r.setGood(now, s*(1-rampupEpsilon))
 	r.measured = true
 	r.probeAt = now.Add(r.probeInterval(cfg))
@@ -514,7 +515,7 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		// A hint, in the slow start: bisect towards it rather than
 		// double past it (a rate the server accepts past it is climbed
 		// to as past any ceiling).
-		r.bad = s
+		r.bad, r.bRule5 = s, false
 	}
 	if v, done := r.outage(now, cfg, ans, refused); done {
 		return v
@@ -609,6 +610,7 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 		r.good, r.runG = r.runG, r.good
 		r.bad, r.runB = r.runB, r.bad
 		r.memory, r.runMem = r.runMem, r.memory
+		r.bRule5 = false
 		r.drain = true
 		r.set(now, cfg, ans.globalCap, nonzero(r.good, r.rate))
 		return rampupLeft, false
@@ -659,13 +661,14 @@ func (r *rampup) outage(now time.Time, cfg *ScopeConfig, ans *answer, refused bo
 	r.good, r.runG = r.runG, r.good
 	r.bad, r.runB = r.runB, r.bad
 	r.memory, r.runMem = r.runMem, r.memory
-	r.drain, r.costing = false, false
+	r.drain, r.costing, r.bRule5 = false, false, false
 	r.rate = max(r.rate, r.good)
 	return rampupOutage, true
 }
 
 // refusal is rule 3: a refusal event.
 func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
+	r.bRule5 = false
 	from, next := r.rate, r.good
 	switch {
 	case r.good == 0 && r.bad == 0 && r.accOK == 0:
@@ -819,7 +822,9 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 			r.memory = max(r.memory, min(2*(accept+dead), rampupMaxMemory))
 		}
 		if confirmed && lo*(1-rampupEpsilon) != r.good {
-			r.bad = min(nonzero(r.bad, r.good), max(hi, lo*(1+rampupEpsilon)))
+			if b := min(nonzero(r.bad, r.good), max(hi, lo*(1+rampupEpsilon))); b != r.bad {
+				r.bad, r.bRule5 = b, true // never refused
+			}
 			r.setGood(now, lo*(1-rampupEpsilon))
 			r.measured = true
 			r.probeAt = now.Add(r.probeInterval(cfg))
@@ -876,6 +881,9 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.reprove = 0 // the server held a rate above the drained G
 	}
 	switch {
+	case r.settled() && r.bRule5:
+		r.bad, r.bRule5 = 0, false // a bound no climb met: climb past it (convex)
+		r.step = max(r.step, rampupEpsilon)
 	case r.settled():
 		r.probeAt = now.Add(r.probeInterval(cfg) / 2)
 		r.set(now, cfg, gc, r.good)

@@ -766,3 +766,36 @@ func TestRampupDrainUnderGReproves(t *testing.T) {
 	require.True(t, p.until(1000, 10*ms, ok, func() bool { return p.rate() > 8 }))
 	assert.GreaterOrEqual(t, p.now.Sub(back), drained, "G held as long as the drain first")
 }
+
+// TestRampupMeasuredBoundIsPassed (rule 5): a bound B that rule 5
+// measured, which no climb has met, is passed once G meets it, as rule
+// 1's B is once the rate proven passes it: the next climb comes at once,
+// convex, not after a probe interval. The successes over a cycle under-count
+// what a limiter that counts its refusals (HAProxy) allows: held at that
+// bound until the probe, such a scope ran at 60-80 % of the limit for
+// minutes (internal/sim's field draws).
+func TestRampupMeasuredBoundIsPassed(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(32)
+	p.paced(20, 10*ms, ok)
+	for range 8 { // refusals over a second of the drain: a quota's cycle
+		p.paced(1, 10*ms, tooMany)
+		p.now = p.now.Add(time.Second)
+	}
+	p.paced(1, 10*ms, ok)
+	r := p.s.rampup
+	require.True(t, r.measured, "rule 5 measured G")
+	require.True(t, r.bRule5, "and bounded B")
+	b := r.bad
+	require.True(t, p.until(100000, 10*ms, ok, func() bool { return r.good*(1+rampupEpsilon) >= b }), "G climbs to B")
+	assert.Zero(t, r.bad, "B passed")
+	assert.Greater(t, p.rate(), r.good, "the next climb comes at once")
+	require.True(t, p.until(100000, 10*ms, ok, func() bool { return r.good > b }), "G goes past B")
+	// A B the server refused holds G as before: the climb past it waits
+	// for the probe.
+	q := settledAt8(t)
+	assert.False(t, q.s.rampup.bRule5)
+	q.paced(20, 10*ms, ok)
+	assert.Equal(t, 8.0, q.rate(), "settled under a refused B")
+	assert.Equal(t, 8.1, q.s.rampup.bad)
+}
