@@ -23,8 +23,8 @@ package throttle
 //     At or below G: G and R fall to what the server delivered since G
 //     was set (2 % at least, half at most under 5 s), B is the rate
 //     refused; a G a climb raised, refused later than its proof, goes
-//     back to the G before; rules 5 and 7's G stays 5 s. Refused before
-//     any success: R halves, the slow start goes on.
+//     back to the G before; rules 5 and 7's G, or one cut under 5 s
+//     ago, stays. Refused before any success: R halves, slow start goes on.
 //  4. Drain. Until the next success, each round of refusals halves R,
 //     down to two per time since the event; the success returns R to G,
 //     which holds the drain's time and a proof time if R went under it.
@@ -222,6 +222,7 @@ type rampup struct {
 	okCut   bool          // a success of a request started after cut came
 	reprove time.Duration // the last drain went under G: G holds that long, and a proof time, before a climb
 	under   time.Time     // R stays under G until then, after a failed climb
+	cutAt   time.Time     // when rule 3 last cut G to what the server delivered
 	counts  bool          // a drain saw refusals of requests sent after its event
 	rise    time.Time     // when the rate G last rose to began
 	raised  bool          // G rose since the last refusal event
@@ -708,11 +709,17 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		r.bad, next = r.good, r.prevG
 		r.setGood(now, r.prevG)
 		r.failed(now.Sub(r.rise))
-	case r.measured && !r.trusted(now):
-		// G was measured (a quota's cycle, a stated rate), not proven by
-		// a round: refused before it held long enough to measure again,
+	case r.measured && !r.trusted(now),
+		!r.cutAt.IsZero() && now.Sub(r.cutAt) < rampupTrust:
+		// G was measured (a quota's cycle, a stated rate, or what the
+		// server delivered, cut to less than 5 s ago), not proven by a
+		// round: refused before it held long enough to measure again,
 		// the server's memory is still letting go (a sliding window
-		// frees its slots as it took them). G stays; a drain begins, or
+		// frees its slots as it took them). (Cut again at each refusal,
+		// an untrusted G halved four times in a second: a sliding window
+		// of 2312 per 54 s, full of a climb's excess, held at 5 req/s
+		// against 42.8, its climbs back held 110 s each: 22 % of the
+		// limit over minutes 5-15.) G stays; a drain begins, or
 		// goes on: the refusals of requests sent from now on halve the
 		// rate per round of them (rule 4). (Without a cut and a new
 		// round, each later refusal came back here and the rate stayed
@@ -740,6 +747,7 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// as long (a quota or counter fills after a while at any rate).
 		r.memory = max(r.memory, min(now.Sub(later(r.rise, r.first)), rampupMaxMemory))
 		r.setGood(now, max(floor, min(from*(1-rampupEpsilon), r.delivered(now))))
+		r.cutAt = now
 		next = r.good
 	}
 	r.raised = false

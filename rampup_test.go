@@ -799,3 +799,34 @@ func TestRampupMeasuredBoundIsPassed(t *testing.T) {
 	assert.Equal(t, 8.0, q.rate(), "settled under a refused B")
 	assert.Equal(t, 8.1, q.s.rampup.bad)
 }
+
+// TestRampupOneCutPerTrust (rule 3): a G that a refusal at G cut to what
+// the server delivered is not cut again by refusals in the next 5 s
+// (rampupTrust): they drain the rate, and G stays. A sliding window full
+// of a climb's excess refuses as it frees its slots; cut at each
+// refusal, an untrusted G halved four times in a second and held a scope
+// at 12 % of the limit (internal/sim's grid). After 5 s a refusal at G
+// cuts it again.
+func TestRampupOneCutPerTrust(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad = 10, 10, 10.2
+	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+	r.probeAt = p.now.Add(time.Hour)
+	p.s.refresh()
+	p.paced(600, 10*ms, ok)
+	p.paced(1, 10*ms, tooMany)
+	g := r.good
+	require.InDelta(t, 9.8, g, 1e-9, "the cut")
+	p.paced(1, 10*ms, ok) // a success of a request sent since: the drain is over
+	for range 6 {
+		p.paced(1, 10*ms, tooMany)
+	}
+	assert.Equal(t, g, r.good, "no second cut within 5 s")
+	assert.Less(t, p.rate(), 0.6*g, "the refusals drain")
+	p.paced(1, 10*ms, ok)
+	assert.Equal(t, g, p.rate(), "the next success returns to G")
+	p.now = p.now.Add(rampupTrust)
+	p.paced(1, 10*ms, tooMany)
+	assert.Less(t, r.good, g, "after 5 s, cut again")
+}
