@@ -267,15 +267,22 @@ func TestRampupLimitFellToDelivered(t *testing.T) {
 	assert.Equal(t, 10.0, r.bad)
 	// A single refusal in a long run of successes (a busy machine's
 	// noise) costs 2 %.
-	q := newPolicy(t, rampConfig())
-	rq := q.s.rampup
-	rq.rate, rq.good, rq.bad = 10, 10, 10.2
-	rq.gAt, rq.changed, rq.cut, rq.first = q.now, q.now, q.now, q.now
-	rq.probeAt = q.now.Add(time.Hour)
-	q.s.refresh()
-	q.paced(600, 10*ms, ok)
+	q := heldAt10(t)
 	q.paced(1, 10*ms, tooMany)
-	assert.InDelta(t, 9.8, rq.good, 1e-9)
+	assert.InDelta(t, 9.8, q.s.rampup.good, 1e-9)
+}
+
+// heldAt10 returns a policy whose G and R are 10 req/s (B 10.2, the probe
+// an hour away), held for 600 successes at 10 ms: trusted.
+func heldAt10(t *testing.T) *policyRig {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	r.rate, r.good, r.bad = 10, 10, 10.2
+	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+	r.probeAt = p.now.Add(time.Hour)
+	p.s.refresh()
+	p.paced(600, 10*ms, ok)
+	return p
 }
 
 // TestRampupDrain (rule 4): after a refusal event, rounds of nothing but
@@ -808,13 +815,8 @@ func TestRampupMeasuredBoundIsPassed(t *testing.T) {
 // at 12 % of the limit (internal/sim's grid). After 5 s a refusal at G
 // cuts it again.
 func TestRampupOneCutPerTrust(t *testing.T) {
-	p := newPolicy(t, rampConfig())
+	p := heldAt10(t)
 	r := p.s.rampup
-	r.rate, r.good, r.bad = 10, 10, 10.2
-	r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
-	r.probeAt = p.now.Add(time.Hour)
-	p.s.refresh()
-	p.paced(600, 10*ms, ok)
 	p.paced(1, 10*ms, tooMany)
 	g := r.good
 	require.InDelta(t, 9.8, g, 1e-9, "the cut")
