@@ -131,9 +131,8 @@ func run(stdout, stderr io.Writer, o options) error {
 // o.seed..o.seed+o.seeds-1, printed worst first, then the summary and the
 // worst figures.
 func runGrid(stdout, stderr io.Writer, o options) error {
-	o.grids = max(o.grids, 1)
-	if o.seeds < 1 || o.shapes < 1 {
-		return fmt.Errorf("-seeds %d, -shapes %d: want at least 1", o.seeds, o.shapes)
+	if o.seeds < 1 || o.shapes < 1 || o.grids < 1 {
+		return fmt.Errorf("-seeds %d, -shapes %d, -grids %d: want at least 1", o.seeds, o.shapes, o.grids)
 	}
 	start := time.Now()
 	var shapes []sim.Shape

@@ -90,7 +90,7 @@ func TestSeedsAndSelection(t *testing.T) {
 // table or Markdown, and the whole grid's summary.
 func TestRunGrid(t *testing.T) {
 	var out, errOut bytes.Buffer
-	o := options{seed: 1, seeds: 1, gridSeed: 1, shapes: 7, top: 3}
+	o := options{seed: 1, seeds: 1, gridSeed: 1, grids: 1, shapes: 7, top: 3}
 	if err := runGrid(&out, &errOut, o); err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +109,11 @@ func TestRunGrid(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 5 || !strings.HasPrefix(lines[2], "| `") {
 		t.Fatalf("Markdown:\n%s", out.String())
 	}
-	if err := runGrid(&out, &errOut, options{seeds: 0, shapes: 7}); err == nil {
+	if err := runGrid(&out, &errOut, options{seeds: 0, shapes: 7, grids: 1}); err == nil {
 		t.Fatal("-seeds 0 accepted")
+	}
+	if err := runGrid(&out, &errOut, options{seeds: 1, shapes: 7, grids: -1}); err == nil {
+		t.Fatal("-grids -1 accepted")
 	}
 	// -grids judges the shapes of several grid seeds together, and the
 	// summary names the worst figures.
