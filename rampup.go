@@ -724,12 +724,15 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// rate per round of them (rule 4). (Without a cut and a new
 		// round, each later refusal came back here and the rate stayed
 		// at G with every request refused: HAProxy answering 503 at 57
-		// req/s, a limit of 12, for a minute.)
+		// req/s, a limit of 12, for a minute. The round starts at the
+		// event: a success of a request sent before it, answered after,
+		// counted in it kept it from ever being all refusals, the same
+		// freeze.)
 		if !r.drain {
 			r.drain, r.drainAt = true, now
 		}
-		if r.okCut {
-			r.cut, r.okCut = now, false
+		if r.okCut || r.rOK > 0 {
+			r.cut, r.okCut, r.changed = now, false, now
 			r.rOK, r.rSig = 0, 0
 			r.rFirst, r.rLast = time.Time{}, time.Time{}
 		}

@@ -832,3 +832,29 @@ func TestRampupOneCutPerTrust(t *testing.T) {
 	p.paced(1, 10*ms, tooMany)
 	assert.Less(t, r.good, g, "after 5 s, cut again")
 }
+
+// TestRampupDrainAfterLateSuccess: a refusal at a G rule 3 cut less than
+// 5 s ago drains (rule 4) even when a success of a request sent before it
+// comes back after it. That success answers the rate before the refusal,
+// and counted in the drain's round it kept the round from ever being all
+// refusals: the rate stayed at G with every later request refused (a
+// limiter that counts refusals never lets one through at that rate).
+func TestRampupDrainAfterLateSuccess(t *testing.T) {
+	p := heldAt10(t)
+	r := p.s.rampup
+	p.paced(1, 10*ms, tooMany)
+	g := r.good
+	require.InDelta(t, 9.8, g, 1e-9, "the cut")
+	p.paced(1, 10*ms, ok) // the drain is over: back at G
+	require.Equal(t, g, p.rate())
+	inFlight := p.now.Add(ms) // sent at G, answered late
+	p.now = p.now.Add(5 * ms)
+	p.answer(p.now.Add(-2*ms), tooMany) // refused at G: drain, no second cut
+	p.now = p.now.Add(5 * ms)
+	p.answer(inFlight, ok)
+	for range 8 {
+		p.paced(1, 10*ms, tooMany)
+	}
+	assert.Equal(t, g, r.good, "no second cut within 5 s")
+	assert.Less(t, p.rate(), 0.6*g, "the refusals drain")
+}
