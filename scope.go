@@ -204,9 +204,10 @@ type defaultScope struct {
 }
 
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
+	oldWindow := s.cfg.Window
 	s.cfg = cfg
 	s.auto.configure(&s.cfg)
-	s.backoff.configure(&s.cfg)
+	s.backoff.configure(&s.cfg, oldWindow)
 	switch {
 	case !cfg.Rampup.Enabled:
 		s.rampup = nil
