@@ -25,21 +25,22 @@ import (
 // holds no slot.
 func (m *ThrottlingManager) Acquire(ctx context.Context, req *http.Request) (*Permit, error) {
 	if !m.obs.acquire { // acquire's test, sparing a call
-		return m.acquireOrWait(ctx, req, time.Time{})
+		return m.acquireOrWait(ctx, req, time.Time{}, nil)
 	}
-	return m.acquire(ctx, req, time.Time{})
+	return m.acquire(ctx, req, time.Time{}, nil)
 }
 
 // acquire is Acquire for a request that may not start before notBefore
 // (the Transport's redirect gate). The features that follow admission
-// (observers.go) hear of it before and after.
-func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+// (observers.go) hear of it before and after. into, if not nil, is a zero
+// Permit to fill rather than allocate one (see newPermit).
+func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notBefore time.Time, into *Permit) (*Permit, error) {
 	if !m.obs.acquire {
-		return m.acquireOrWait(ctx, req, notBefore)
+		return m.acquireOrWait(ctx, req, notBefore, into)
 	}
 	called := m.clock.Now()
 	m.beforeAdmit(called)
-	p, err := m.acquireOrWait(ctx, req, notBefore)
+	p, err := m.acquireOrWait(ctx, req, notBefore, into)
 	if err == nil {
 		m.admitted(p, called)
 	}
@@ -48,7 +49,7 @@ func (m *ThrottlingManager) acquire(ctx context.Context, req *http.Request, notB
 
 // acquireOrWait is acquire without the observers: it admits the request
 // at once or waits its turn (it blocks).
-func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request, notBefore time.Time) (*Permit, error) {
+func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request, notBefore time.Time, into *Permit) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &WaitError{Err: err}
 	}
@@ -60,7 +61,7 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 			return nil, err
 		}
 	}
-	p, err := m.newPermit(ctx, req, now, false)
+	p, err := m.newPermit(ctx, req, now, into)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +154,7 @@ func (m *ThrottlingManager) tryAcquire(req *http.Request, g *setQueue) (*Permit,
 		p = m.groupPermit(req, now, g)
 	} else {
 		var err error
-		if p, err = m.newPermit(ctx, req, now, true); err != nil {
+		if p, err = m.newPermit(ctx, req, now, unusedPermits.Get().(*Permit)); err != nil {
 			return nil, Admission{}, err
 		}
 	}
@@ -182,10 +183,11 @@ func (m *ThrottlingManager) tryAcquire(req *http.Request, g *setQueue) (*Permit,
 // so a crawler polling a busy scope allocates nothing.
 var unusedPermits = sync.Pool{New: func() any { return new(Permit) }}
 
-// newPermit resolves req's scopes into a permit that holds nothing yet.
-// pooled takes the Permit from unusedPermits (TryAcquire, which returns it
-// there when it refuses).
-func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time, pooled bool) (*Permit, error) {
+// newPermit resolves req's scopes into a permit that holds nothing yet:
+// into, a zero Permit, if not nil (one from unusedPermits for TryAcquire,
+// which returns it there when it refuses; the Transport's, allocated with
+// what else a round trip needs), else a new one.
+func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, now time.Time, into *Permit) (*Permit, error) {
 	if req == nil {
 		return nil, ErrNilRequest
 	}
@@ -206,22 +208,20 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		}
 		// Made once its scope is known, the Permit is filled by the
 		// stores that initialise it, which need no write barriers.
-		var p *Permit
-		if pooled {
-			p = unusedPermits.Get().(*Permit)
-			p.m, p.req, p.noAdjust, p.one[0] = m, req, na, held{s: s, cost: 1}
-		} else {
+		p := into
+		if p == nil {
 			p = &Permit{m: m, req: req, noAdjust: na, one: [1]held{{s: s, cost: 1}}}
+		} else {
+			p.m, p.req, p.noAdjust, p.one[0] = m, req, na, held{s: s, cost: 1}
 		}
 		p.scopes = p.one[:1]
 		return p, nil
 	}
-	var p *Permit
-	if pooled {
-		p = unusedPermits.Get().(*Permit)
-		p.m, p.req = m, req
-	} else {
+	p := into
+	if p == nil {
 		p = &Permit{m: m, req: req}
+	} else {
+		p.m, p.req = m, req
 	}
 	p.noAdjust = na
 	if !fromCtx {

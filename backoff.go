@@ -174,7 +174,10 @@ type backoff struct {
 	// a signal before then confirms it.
 	probation time.Time
 
-	win        time.Time // start of the current window
+	// winEnd is when the current window ends (its start plus Window):
+	// quiet compares it with now, a test that inlines where now.Sub does
+	// not.
+	winEnd     time.Time
 	winSignals int
 	winOK      int
 
@@ -189,10 +192,15 @@ type backoff struct {
 	isoOK uint8
 }
 
-func (b *backoff) configure(cfg *ScopeConfig) {
+// configure applies cfg; oldWindow is the Window the current window
+// started under, whose start stays as it was.
+func (b *backoff) configure(cfg *ScopeConfig, oldWindow time.Duration) {
 	if !cfg.Backoff.Enabled {
 		*b = backoff{}
 		return
+	}
+	if b.winSet && cfg.Window != oldWindow {
+		b.winEnd = b.winEnd.Add(-oldWindow).Add(cfg.Window)
 	}
 	b.minStatus = 1000
 	for _, st := range cfg.Backoff.Statuses {
@@ -278,7 +286,7 @@ func (b *backoff) onSignal(now time.Time, cfg *ScopeConfig, started time.Time, e
 	confirms := true
 	if b.delay == 0 && b.concurrency == 0 { // a new episode
 		confirms = now.Before(b.probation)
-		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
+		*b = backoff{minStatus: b.minStatus, winEnd: b.winEnd, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
 	}
 	b.iso = !confirms
 	b.lastStep, b.stepped = now, true
@@ -334,7 +342,7 @@ func (b *backoff) onOutage(now time.Time, cfg *ScopeConfig, eff time.Duration) {
 		return
 	}
 	if b.delay == 0 && b.concurrency == 0 { // a new episode
-		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
+		*b = backoff{minStatus: b.minStatus, winEnd: b.winEnd, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK, base: eff}
 	}
 	b.lastStep, b.stepped = now, true
 	b.outage, b.outaged = true, true
@@ -363,7 +371,7 @@ func (b *backoff) onSuccess(now time.Time, cfg *ScopeConfig, started time.Time) 
 		// The server answers again: back to the delay before the
 		// episode, which ends (the scope's own delay holds it there),
 		// so the next outage is probed as this one was.
-		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
+		*b = backoff{minStatus: b.minStatus, winEnd: b.winEnd, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
 		return true
 	}
 	if !b.iso || started.Before(b.lastStep) {
@@ -374,7 +382,7 @@ func (b *backoff) onSuccess(now time.Time, cfg *ScopeConfig, started time.Time) 
 	}
 	// The isolated signal was not confirmed: back to the scope's own
 	// delay, on probation for a Window.
-	*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK,
+	*b = backoff{minStatus: b.minStatus, winEnd: b.winEnd, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK,
 		lastStep: b.lastStep, stepped: true, probation: now.Add(cfg.Window)}
 	return true
 }
@@ -382,7 +390,7 @@ func (b *backoff) onSuccess(now time.Time, cfg *ScopeConfig, started time.Time) 
 // quiet reports whether tick has nothing to do at now: backoff is off, or
 // now is inside the current window.
 func (b *backoff) quiet(now time.Time, cfg *ScopeConfig) bool {
-	return !cfg.Backoff.Enabled || b.winSet && now.Sub(b.win) < cfg.Window
+	return !cfg.Backoff.Enabled || b.winSet && now.Before(b.winEnd)
 }
 
 // tick processes the windows that ended before now. base is the scope's
@@ -396,12 +404,12 @@ func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base, own time.Duration)
 	if !cfg.Backoff.Enabled {
 		return false
 	}
+	w := cfg.Window
 	if !b.winSet {
-		b.win, b.winSet = now, true
+		b.winEnd, b.winSet = now.Add(w), true
 		return false
 	}
-	w := cfg.Window
-	if now.Sub(b.win) < w {
+	if now.Before(b.winEnd) {
 		return false
 	}
 	changed := false
@@ -410,7 +418,7 @@ func (b *backoff) tick(now time.Time, cfg *ScopeConfig, base, own time.Duration)
 		b.recover(cfg, base)
 		changed = true
 	}
-	b.win = b.win.Add(now.Sub(b.win) / w * w)
+	b.winEnd = b.winEnd.Add(now.Sub(b.winEnd.Add(-w)) / w * w)
 	b.winSignals, b.winOK = 0, 0
 	return changed
 }
@@ -443,7 +451,7 @@ func (b *backoff) recover(cfg *ScopeConfig, base time.Duration) {
 	}
 	next := base + (b.delay-base)/2
 	if next-base < cfg.Backoff.MinDelay {
-		*b = backoff{minStatus: b.minStatus, win: b.win, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
+		*b = backoff{minStatus: b.minStatus, winEnd: b.winEnd, winSet: b.winSet, winSignals: b.winSignals, winOK: b.winOK}
 		return
 	}
 	b.delay = next

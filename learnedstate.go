@@ -143,7 +143,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		st.Back = &learnedBack{Delay: b.delay, Concurrency: b.concurrency, Bad: b.bad, HasBad: b.hasBad,
 			Safe: b.safe, Base: b.base, LastStep: unixNano(b.lastStep), Stepped: b.stepped,
 			Outage: b.outage, Outaged: b.outaged, Settled: b.settled,
-			Win: unixNano(b.win), WinSignals: b.winSignals, WinOK: b.winOK,
+			Win: unixNano(b.winEnd.Add(-s.cfg.Window)), WinSignals: b.winSignals, WinOK: b.winOK,
 			Iso: b.iso, IsoOK: int(b.isoOK), Probation: unixNano(b.probation)}
 		if !b.winSet {
 			st.Back.Win = 0
@@ -242,8 +242,11 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		s.backoff = backoff{minStatus: s.backoff.minStatus, delay: b.Delay, concurrency: b.Concurrency,
 			bad: b.Bad, hasBad: b.HasBad, safe: b.Safe, base: b.Base, lastStep: fromUnixNano(b.LastStep),
 			stepped: b.Stepped, outage: b.Outage, outaged: b.Outaged, settled: b.Settled,
-			win: fromUnixNano(b.Win), winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK,
+			winSet: b.Win != 0, winSignals: b.WinSignals, winOK: b.WinOK,
 			iso: b.Iso, isoOK: uint8(min(b.IsoOK, isolatedQuiet)), probation: fromUnixNano(b.Probation)}
+		if b.Win != 0 {
+			s.backoff.winEnd = fromUnixNano(b.Win).Add(s.cfg.Window)
+		}
 	}
 	if r := st.Ramp; r != nil {
 		// A latency above MaxDelay, the longest wait any policy sets,

@@ -179,7 +179,7 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 		return ErrNilRequest
 	}
 	now := q.m.clock.Now()
-	p, err := q.m.newPermit(req.Context(), req, now, true)
+	p, err := q.m.newPermit(req.Context(), req, now, unusedPermits.Get().(*Permit))
 	if err != nil {
 		return err
 	}

@@ -192,6 +192,10 @@ type defaultScope struct {
 	// is still zero, until setRobotsDelay says what robots.txt asks (see
 	// startRobots).
 	robotsStart bool
+	// plainGap says the gap after a start is the delay itself: no jitter
+	// to draw (Jitter off, the delay neither backoff's nor rampup's) and
+	// no robots.txt floor. refresh keeps it; startLatest reads it.
+	plainGap bool
 
 	// learned state, one part a file
 	robotsDelay time.Duration // robots.txt delay (0: none)
@@ -204,9 +208,10 @@ type defaultScope struct {
 }
 
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
+	oldWindow := s.cfg.Window
 	s.cfg = cfg
 	s.auto.configure(&s.cfg)
-	s.backoff.configure(&s.cfg)
+	s.backoff.configure(&s.cfg, oldWindow)
 	switch {
 	case !cfg.Rampup.Enabled:
 		s.rampup = nil
@@ -334,6 +339,7 @@ func (s *defaultScope) refresh() {
 	s.lim.GapWhy = why
 	s.lim.Conc = int32(min(s.combineConcurrency(), math.MaxInt32))
 	s.lim.Gap = s.gap(s.effDelay)
+	s.plainGap = why != ReasonBackoff && !s.cfg.Rampup.Enabled && s.cfg.Jitter.Min == 0 && s.cfg.Jitter.Max == 0 && s.robotsFloor() == 0
 }
 
 // baseDelay is the delay before robots.txt, AutoThrottle and backoff.
@@ -485,9 +491,15 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 func (s *defaultScope) startLatest(t *Ticket, now time.Time, raised bool, cost int64) {
 	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
+	s.robotsStart = false // this start is the previous one now
+	if s.plainGap {
+		// What the lines below come to without jitter or a floor.
+		s.jitter, s.backoffJitter = 1, false
+		s.lim.Gap = max(s.effDelay, 0)
+		return
+	}
 	s.jitter = s.drawJitter()
 	s.backoffJitter = s.lim.GapWhy == ReasonBackoff // drawJitter took Backoff.Jitter
-	s.robotsStart = false                           // this start is the previous one now
 	s.lim.Gap = s.gap(s.effDelay)
 }
 

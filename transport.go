@@ -77,7 +77,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNilRequest
 	}
 	ctx := req.Context()
-	p, err := t.m.acquire(t.admission(ctx), req, t.redirectGate(req))
+	r := new(roundTrip)
+	p, err := t.m.acquire(t.admission(ctx), req, t.redirectGate(req), &r.p)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -86,7 +87,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	clock := t.m.clock
 	lt := newLatencyTrace(clock)
-	traced := req.WithContext(lt.context(ctx))
+	traced := req.WithContext(lt.context(ctx, &r.ctx))
 	defer func() {
 		// The base RoundTripper or the FeedbackFunc panicked: give the
 		// slots back (doneAt does nothing if they were), then go on.
@@ -175,14 +176,22 @@ var latencyTraces = sync.Pool{New: func() any {
 // httptrace.WithClientTrace(ctx, &lt.hooks) does. When ctx carries a
 // ClientTrace of the caller's, it is that: WithClientTrace composes the
 // two, on a copy of the hooks (composing changes them, and lt is reused).
-// Otherwise it is a tracedContext, without WithValue's checks and with a
-// smaller allocation.
-func (lt *latencyTrace) context(ctx context.Context) context.Context {
+// Otherwise it is into, a zero tracedContext, filled: without WithValue's
+// checks and its allocation.
+func (lt *latencyTrace) context(ctx context.Context, into *tracedContext) context.Context {
 	if httptrace.ContextClientTrace(ctx) != nil {
 		hooks := lt.hooks
 		return httptrace.WithClientTrace(ctx, &hooks)
 	}
-	return &tracedContext{Context: ctx, traced: lt.traced}
+	into.Context, into.traced = ctx, lt.traced
+	return into
+}
+
+// roundTrip is what RoundTrip allocates for one request, in one
+// allocation: its Permit, and the context that traces its latency.
+type roundTrip struct {
+	p   Permit
+	ctx tracedContext
 }
 
 // tracedContext is a request's context with a latencyTrace's hooks: the
