@@ -853,7 +853,11 @@ func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 			to = min(r.good, max(r.rate, r.good*r.good/nonzero(r.bad, r.good)))
 		}
 		r.set(now, cfg, gc, to)
+		return
 	}
+	// No rate proven yet: the next round starts now (the drain's
+	// refusals in it would keep it from ever proving R).
+	r.set(now, cfg, gc, r.rate)
 }
 
 // endRound judges the round (rule 1) once it is complete.
