@@ -18,7 +18,8 @@ import (
 //     start in its last 30 s (the drain halves the rate per round of
 //     refusals, down to two per time since the event);
 //   - an open door, a server that accepts everything, is probed: within
-//     freezeOpen the rate rises above what it was when the door opened,
+//     freezeOpen, or freezeDoorAnswers answers at a rate so low that they
+//     take longer, the rate rises above what it was when the door opened,
 //     or it is at the cap (MaxRate) already.
 //
 // A history is a few phases of a server that accepts a share of the
@@ -29,6 +30,9 @@ const (
 	freezeWallTail = 10
 	freezeOpen     = 6 * time.Minute
 	freezeMaxRate  = 50
+	// freezeDoorAnswers is the least answers the open door gives: a
+	// round needs four, and a climb a round at least.
+	freezeDoorAnswers = 10
 )
 
 // freezeLogger, when not nil, logs checkNoFreeze's adjustments (a debug
@@ -172,10 +176,13 @@ func checkNoFreeze(t *testing.T, rng *rand.Rand, phases []freezePhase) {
 	run(freezePhase{d: 30 * time.Second, accept: 1, latency: 50 * time.Millisecond})
 	back := s.rampup.current(&s.cfg)
 	peak = 0
-	run(freezePhase{d: freezeOpen - 30*time.Second, accept: 1, latency: 50 * time.Millisecond})
+	// Rounds are counted in answers: at the floor (one request per
+	// Backoff.MaxDelay) the door stays open for freezeDoorAnswers of them.
+	open := max(freezeOpen-30*time.Second, time.Duration(freezeDoorAnswers/back*float64(time.Second)))
+	run(freezePhase{d: open, accept: 1, latency: 50 * time.Millisecond})
 	if peak <= back && back < 0.9*freezeMaxRate {
 		t.Fatalf("an open door: the rate stayed at %.3g a second for %v (at most %d): no probe, after %v",
-			back, freezeOpen-30*time.Second, freezeMaxRate, phases)
+			back, open, freezeMaxRate, phases)
 	}
 }
 
@@ -205,7 +212,11 @@ func FuzzRampupNoFreeze(f *testing.F) {
 	f.Add([]byte{30, 0, 0, 0, 0})
 	f.Add([]byte{60, 2, 1, 1, 5, 20, 4, 4, 0, 0})
 	f.Add([]byte{89, 1, 4, 1, 3, 10, 0, 2, 0, 0, 45, 3, 3, 1, 1})
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(noFreezeFromBytes)
+}
+
+func noFreezeFromBytes(t *testing.T, data []byte) {
+	{
 		i := 0
 		next := func() byte {
 			if i >= len(data) {
@@ -219,5 +230,5 @@ func FuzzRampupNoFreeze(f *testing.F) {
 			phases = append(phases, drawPhase(next))
 		}
 		checkNoFreeze(t, rand.New(rand.NewPCG(uint64(len(data)), 3)), phases)
-	})
+	}
 }
