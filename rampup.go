@@ -682,9 +682,12 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// bisection in 2 % steps.
 		next = from / 2
 	case r.good == 0:
-		// The first answers refused: no rate proven yet.
+		// The first answers refused: no rate proven yet. (No climb was
+		// refused either: how long since R last changed is no time the
+		// server took to refuse a rise; at a low rate it is the wait
+		// for the next answer.)
 		r.bad, next = from, from/2
-		r.failed(now.Sub(r.changed))
+		r.failed(0)
 	case from > r.good:
 		// A climb or probe refused. Once a drain has seen the server
 		// refuse what came after its event, as BBR drains the queue its

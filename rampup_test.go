@@ -858,3 +858,21 @@ func TestRampupDrainAfterLateSuccess(t *testing.T) {
 	assert.Equal(t, g, r.good, "no second cut within 5 s")
 	assert.Less(t, p.rate(), 0.6*g, "the refusals drain")
 }
+
+// TestRampupFirstRefusalTeachesNoMemory: a refusal before any rate was
+// proven ends no climb, so the time since R last changed (at a low rate,
+// mostly the wait for the next answer) is not how long the server takes
+// to refuse a rise, and climbs are not held that long. (Learned from the
+// refusals that drove a scope to one request per 128 s, two minutes held
+// each climb once the server accepted everything again: 79 minutes back
+// to 0.7 requests a second, 54 without.)
+func TestRampupFirstRefusalTeachesNoMemory(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.paced(1, 50*ms, ok)
+	p.now = p.now.Add(100 * time.Second)
+	p.next = p.now
+	p.paced(1, 50*ms, tooMany)
+	r := p.s.rampup
+	require.Positive(t, r.bad, "a refusal after a success is the limit's answer")
+	assert.Less(t, r.proofTime(), time.Second)
+}
