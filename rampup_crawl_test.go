@@ -201,11 +201,12 @@ func (r *scopeRun) signalsPerMin(from, to time.Duration) float64 {
 	return float64(n) / (to - from).Minutes()
 }
 
+// scopeEvent is a request in flight: its answer, fb, comes at at.
 type scopeEvent struct {
 	at     time.Time
 	seq    int
 	ticket Ticket
-	status int
+	fb     Feedback
 }
 
 type scopeEvents []scopeEvent
@@ -230,52 +231,72 @@ var runScopeLogger *slog.Logger
 // runScope drives one default ScopeManager with cfg against srv, whose
 // answers take lat, with at most workers requests in flight, for d: a
 // crawl in explicit time, no goroutines, deterministic (jitter seeded).
-func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, workers int, d time.Duration) *scopeRun {
+func runScope(t *testing.T, cfg ScopeConfig, srv answerer, lat time.Duration, workers int, dur time.Duration) *scopeRun {
 	t.Helper()
 	require.NoError(t, cfg.validate("test"))
 	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
 		Rand: rand.New(rand.NewPCG(1, 2)), Logger: runScopeLogger}).(*defaultScope)
-	now := time.Unix(1_000_000, 0)
-	run := &scopeRun{t0: now, scope: s}
-	end := now.Add(d)
-	var evs scopeEvents
-	seq, inFlight := 0, 0
-	for now.Before(end) {
-		// Start what may start now.
-		for inFlight < workers {
-			adm := s.Admit(now, 1)
-			if adm.Reason != ReasonNone {
-				break
-			}
-			tk := s.Start(now, 1)
-			inFlight++
-			run.peak = max(run.peak, inFlight)
+	d := &scopeDriver{s: s, now: time.Unix(1_000_000, 0), workers: workers}
+	run := &scopeRun{t0: d.now, scope: s}
+	end := d.now.Add(dur)
+	for d.now.Before(end) {
+		d.start(func(now time.Time) Feedback {
+			run.peak = max(run.peak, d.inFlight)
 			st := srv.answer(now)
 			run.starts = append(run.starts, now.Sub(run.t0))
 			run.status = append(run.status, st)
-			seq++
-			heap.Push(&evs, scopeEvent{at: now.Add(lat), seq: seq, ticket: tk, status: st})
-		}
-		// Advance to the next answer or the next admission, whichever
-		// comes first.
-		next := end
-		if inFlight < workers {
-			if adm := s.Admit(now, 1); !adm.At.IsZero() && adm.At.Before(next) {
-				next = adm.At
-			}
-		}
-		if len(evs) > 0 && evs[0].at.Before(next) {
-			next = evs[0].at
-		}
-		if !next.After(now) {
-			next = now.Add(time.Microsecond)
-		}
-		now = next
-		for len(evs) > 0 && !evs[0].at.After(now) {
-			e := heap.Pop(&evs).(scopeEvent)
-			inFlight--
-			s.Finish(e.at, e.ticket, &Feedback{Status: e.status, Latency: lat})
-		}
+			return Feedback{Status: st, Latency: lat}
+		})
+		d.advance(end)
 	}
 	return run
+}
+
+// scopeDriver drives one default ScopeManager in explicit time, no
+// goroutines: at most workers requests in flight, each answered when its
+// Feedback's Latency has passed.
+type scopeDriver struct {
+	s             *defaultScope
+	now           time.Time
+	workers       int
+	evs           scopeEvents
+	seq, inFlight int
+}
+
+// start starts what may start now; answer gives each request's Feedback
+// (called once the request counts as in flight).
+func (d *scopeDriver) start(answer func(now time.Time) Feedback) {
+	for d.inFlight < d.workers {
+		if adm := d.s.Admit(d.now, 1); adm.Reason != ReasonNone {
+			return
+		}
+		tk := d.s.Start(d.now, 1)
+		d.inFlight++
+		fb := answer(d.now)
+		d.seq++
+		heap.Push(&d.evs, scopeEvent{at: d.now.Add(fb.Latency), seq: d.seq, ticket: tk, fb: fb})
+	}
+}
+
+// advance moves now to the next answer or admission, whichever comes
+// first and no later than end, and delivers the answers due.
+func (d *scopeDriver) advance(end time.Time) {
+	next := end
+	if d.inFlight < d.workers {
+		if adm := d.s.Admit(d.now, 1); !adm.At.IsZero() && adm.At.Before(next) {
+			next = adm.At
+		}
+	}
+	if len(d.evs) > 0 && d.evs[0].at.Before(next) {
+		next = d.evs[0].at
+	}
+	if !next.After(d.now) {
+		next = d.now.Add(time.Microsecond)
+	}
+	d.now = next
+	for len(d.evs) > 0 && !d.evs[0].at.After(d.now) {
+		e := heap.Pop(&d.evs).(scopeEvent)
+		d.inFlight--
+		d.s.Finish(e.at, e.ticket, &e.fb)
+	}
 }

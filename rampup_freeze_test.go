@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"container/heap"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -71,29 +70,6 @@ func drawPhase(next func() byte) freezePhase {
 	return ph
 }
 
-// freezeEvent is a request in flight.
-type freezeEvent struct {
-	at     time.Time
-	seq    int
-	ticket Ticket
-	fb     Feedback
-}
-
-type freezeEvents []freezeEvent
-
-func (h freezeEvents) Len() int { return len(h) }
-func (h freezeEvents) Less(i, j int) bool {
-	return h[i].at.Before(h[j].at) || h[i].at.Equal(h[j].at) && h[i].seq < h[j].seq
-}
-func (h freezeEvents) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *freezeEvents) Push(x any)   { *h = append(*h, x.(freezeEvent)) }
-func (h *freezeEvents) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
 // checkNoFreeze runs the phases, then the wall and the open door, on one
 // default scope with rampup on (16 workers, in explicit time), and
 // reports a broken invariant.
@@ -105,22 +81,14 @@ func checkNoFreeze(t *testing.T, rng *rand.Rand, phases []freezePhase) {
 	cfg.Window = 10 * time.Second // probes at most 100 s apart
 	s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
 		Rand: rand.New(rand.NewPCG(1, 2)), Logger: freezeLogger}).(*defaultScope)
-	t0 := time.Unix(1_000_000, 0)
-	now := t0
-	var evs freezeEvents
-	seq, inFlight := 0, 0
+	d := &scopeDriver{s: s, now: time.Unix(1_000_000, 0), workers: 16}
 	var starts []time.Time
 	var peak float64 // the highest rate since it was last reset
 	run := func(ph freezePhase) {
-		end := now.Add(ph.d)
-		for now.Before(end) {
+		end := d.now.Add(ph.d)
+		for d.now.Before(end) {
 			peak = max(peak, s.rampup.current(&s.cfg))
-			for inFlight < 16 {
-				if adm := s.Admit(now, 1); adm.Reason != ReasonNone {
-					break
-				}
-				tk := s.Start(now, 1)
-				inFlight++
+			d.start(func(now time.Time) Feedback {
 				starts = append(starts, now)
 				fb := Feedback{Status: 200, Latency: ph.latency}
 				if rng.Float64() >= ph.accept {
@@ -129,28 +97,10 @@ func checkNoFreeze(t *testing.T, rng *rand.Rand, phases []freezePhase) {
 						fb.Wait, fb.HasWait = ph.wait, true
 					}
 				}
-				seq++
-				heap.Push(&evs, freezeEvent{at: now.Add(ph.latency), seq: seq, ticket: tk, fb: fb})
-			}
-			next := end
-			if inFlight < 16 {
-				if adm := s.Admit(now, 1); !adm.At.IsZero() && adm.At.Before(next) {
-					next = adm.At
-				}
-			}
-			if len(evs) > 0 && evs[0].at.Before(next) {
-				next = evs[0].at
-			}
-			if !next.After(now) {
-				next = now.Add(time.Microsecond)
-			}
-			now = next
-			for len(evs) > 0 && !evs[0].at.After(now) {
-				e := heap.Pop(&evs).(freezeEvent)
-				inFlight--
-				s.Finish(e.at, e.ticket, &e.fb)
-			}
-			s.tick(now)
+				return fb
+			})
+			d.advance(end)
+			s.tick(d.now)
 		}
 	}
 	count := func(from, to time.Time) int {
@@ -165,9 +115,9 @@ func checkNoFreeze(t *testing.T, rng *rand.Rand, phases []freezePhase) {
 	for _, ph := range phases {
 		run(ph)
 	}
-	wallAt := now
+	wallAt := d.now
 	run(freezePhase{d: freezeWall, status: 429, latency: 50 * time.Millisecond})
-	if n := count(wallAt.Add(freezeWall/2), now); n > freezeWallTail {
+	if n := count(wallAt.Add(freezeWall/2), d.now); n > freezeWallTail {
 		t.Fatalf("a wall of refusals: %d requests started in its last %v (at most %d) after %v",
 			n, freezeWall/2, freezeWallTail, phases)
 	}

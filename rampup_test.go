@@ -285,6 +285,15 @@ func heldAt10(t *testing.T) *policyRig {
 	return p
 }
 
+// cutAt10 is heldAt10 refused once at G: rule 3 cuts G to 9.8, less than
+// 5 s ago. It returns the policy and that G.
+func cutAt10(t *testing.T) (*policyRig, float64) {
+	p := heldAt10(t)
+	p.paced(1, 10*ms, tooMany)
+	require.InDelta(t, 9.8, p.s.rampup.good, 1e-9, "the cut")
+	return p, p.s.rampup.good
+}
+
 // TestRampupDrain (rule 4): after a refusal event, rounds of nothing but
 // refusals halve the rate, never below two requests per time since the
 // event; G does not move, and the first success returns to it.
@@ -815,11 +824,8 @@ func TestRampupMeasuredBoundIsPassed(t *testing.T) {
 // at 12 % of the limit (internal/sim's grid). After 5 s a refusal at G
 // cuts it again.
 func TestRampupOneCutPerTrust(t *testing.T) {
-	p := heldAt10(t)
+	p, g := cutAt10(t)
 	r := p.s.rampup
-	p.paced(1, 10*ms, tooMany)
-	g := r.good
-	require.InDelta(t, 9.8, g, 1e-9, "the cut")
 	p.paced(1, 10*ms, ok) // a success of a request sent since: the drain is over
 	for range 6 {
 		p.paced(1, 10*ms, tooMany)
@@ -840,11 +846,8 @@ func TestRampupOneCutPerTrust(t *testing.T) {
 // refusals: the rate stayed at G with every later request refused (a
 // limiter that counts refusals never lets one through at that rate).
 func TestRampupDrainAfterLateSuccess(t *testing.T) {
-	p := heldAt10(t)
+	p, g := cutAt10(t)
 	r := p.s.rampup
-	p.paced(1, 10*ms, tooMany)
-	g := r.good
-	require.InDelta(t, 9.8, g, 1e-9, "the cut")
 	p.paced(1, 10*ms, ok) // the drain is over: back at G
 	require.Equal(t, g, p.rate())
 	inFlight := p.now.Add(ms) // sent at G, answered late
