@@ -96,7 +96,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			panic(r)
 		}
 	}()
-	start := clock.Now()
+	start := p.acquired // the clock's reading at admission, taken just now
+	if t.m.obs.acquire || p.ext != nil {
+		// Observers ran since (a hook may take its time), or the
+		// acquired time is a Store's: read the local clock.
+		start = clock.Now()
+	}
 	resp, err := t.base.RoundTrip(traced)
 	now := clock.Now()
 	if err != nil {
