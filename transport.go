@@ -87,7 +87,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	clock := t.m.clock
 	lt := newLatencyTrace(clock)
-	traced := req.WithContext(lt.context(ctx, &r.ctx))
+	r.req = *req.WithContext(lt.context(ctx, &r.ctx)) // a copy on the stack, then in r
+	traced := &r.req
 	defer func() {
 		// The base RoundTripper or the FeedbackFunc panicked: give the
 		// slots back (doneAt does nothing if they were), then go on.
@@ -193,10 +194,12 @@ func (lt *latencyTrace) context(ctx context.Context, into *tracedContext) contex
 }
 
 // roundTrip is what RoundTrip allocates for one request, in one
-// allocation: its Permit, and the context that traces its latency.
+// allocation: its Permit, the context that traces its latency, and the
+// request sent (a shallow copy of the caller's with that context).
 type roundTrip struct {
 	p   Permit
 	ctx tracedContext
+	req http.Request
 }
 
 // tracedContext is a request's context with a latencyTrace's hooks: the
