@@ -134,7 +134,7 @@ func (e localEngine) try(_ context.Context, p *Permit, now time.Time) (bool, Adm
 // many hosts can keep a ready-time queue with it instead of parking a
 // goroutine per request.
 func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
-	return m.tryAcquire(req, nil, nil)
+	return m.tryAcquire(req, m.clock.Now(), nil, nil)
 }
 
 // tryAcquire is TryAcquire. g, if not nil, is the ReadyQueue group at
@@ -143,13 +143,14 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 // and the Permit is made from them, without resolving them again
 // (groupPermit). into, if not nil, is a zero Permit to fill, the caller's:
 // when no Permit is returned, into is zero again, for the caller to reuse;
-// if nil, one from unusedPermits is filled, and put back there then.
-func (m *ThrottlingManager) tryAcquire(req *http.Request, g *setQueue, into *Permit) (*Permit, Admission, error) {
+// if nil, one from unusedPermits is filled, and put back there then. now
+// is the clock's reading (the ReadyQueue's attempt reads it once for all
+// its heads).
+func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQueue, into *Permit) (*Permit, Admission, error) {
 	ctx := context.Background()
 	if req != nil {
 		ctx = req.Context()
 	}
-	now := m.clock.Now()
 	m.beforeAdmit(now)
 	p := into
 	if p == nil {

@@ -426,7 +426,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 		if q.spare == nil {
 			q.spare = new(Permit)
 		}
-		p, adm, err := q.m.tryAcquire(req, g, q.spare)
+		p, adm, err := q.m.tryAcquire(req, now, g, q.spare)
 		if p != nil {
 			q.spare = nil // handed out
 		}
