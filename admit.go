@@ -134,49 +134,59 @@ func (e localEngine) try(_ context.Context, p *Permit, now time.Time) (bool, Adm
 // many hosts can keep a ready-time queue with it instead of parking a
 // goroutine per request.
 func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, error) {
-	return m.tryAcquire(req, nil)
+	return m.tryAcquire(req, m.clock.Now(), nil, nil)
 }
 
 // tryAcquire is TryAcquire. g, if not nil, is the ReadyQueue group at
 // whose head req is: without a Scoper and a Store, req's scopes are the
 // group's (the context's or the host's, which stay as they were at Push),
 // and the Permit is made from them, without resolving them again
-// (groupPermit).
-func (m *ThrottlingManager) tryAcquire(req *http.Request, g *setQueue) (*Permit, Admission, error) {
+// (groupPermit). into, if not nil, is a zero Permit to fill, the caller's:
+// when no Permit is returned, into is zero again, for the caller to reuse;
+// if nil, one from unusedPermits is filled, and put back there then. now
+// is the clock's reading (the ReadyQueue's attempt reads it once for all
+// its heads).
+func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQueue, into *Permit) (*Permit, Admission, error) {
 	ctx := context.Background()
 	if req != nil {
 		ctx = req.Context()
 	}
-	now := m.clock.Now()
 	m.beforeAdmit(now)
-	var p *Permit
+	p := into
+	if p == nil {
+		p = unusedPermits.Get().(*Permit)
+	}
 	if g != nil && m.cfg.Scoper == nil && m.shared == nil {
-		p = m.groupPermit(req, now, g)
-	} else {
-		var err error
-		if p, err = m.newPermit(ctx, req, now, unusedPermits.Get().(*Permit)); err != nil {
-			return nil, Admission{}, err
-		}
+		m.groupPermit(req, now, g, p)
+	} else if _, err := m.newPermit(ctx, req, now, p); err != nil {
+		m.unused(p, into)
+		return nil, Admission{}, err
 	}
 	ok, adm, err := m.engineAt(now).try(ctx, p, now)
 	if err == errUseLocal {
 		ok, adm, err = localEngine{m}.try(ctx, p, now)
 	}
 	if err != nil {
-		*p = Permit{}
-		unusedPermits.Put(p)
+		m.unused(p, into)
 		return nil, Admission{}, err
 	}
 	if !ok {
 		err := m.refusing(p.scopes, now, adm)
-		// Never handed out: safe to reuse, unlike a released Permit a
-		// caller may still hold.
-		*p = Permit{}
-		unusedPermits.Put(p)
+		m.unused(p, into)
 		return nil, adm, err
 	}
 	m.admitted(p, now)
 	return p, Admission{}, nil
+}
+
+// unused zeroes p, a Permit tryAcquire filled and never handed out (safe
+// to reuse, unlike a released Permit a caller may still hold), and puts
+// it back in unusedPermits unless it is into, the caller's.
+func (m *ThrottlingManager) unused(p, into *Permit) {
+	*p = Permit{}
+	if p != into {
+		unusedPermits.Put(p)
+	}
 }
 
 // unusedPermits recycles permits that TryAcquire made but never returned,
@@ -237,14 +247,13 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 }
 
 // groupPermit is newPermit for req, the head of the ReadyQueue group g,
-// whose scopes newPermit resolved at Push: g's scopes, with the head's
-// costs. A scope forgotten since is looked up again by the admission
+// whose scopes newPermit resolved at Push: it fills p, a zero Permit,
+// with g's scopes and the head's costs. A scope forgotten since is looked up again by the admission
 // (tryFast), as one forgotten after newPermit is.
-func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *setQueue) *Permit {
+func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *setQueue, p *Permit) {
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	p := unusedPermits.Get().(*Permit)
 	p.m, p.req = m, req
 	p.noAdjust = noAdjust(req.Context())
 	if len(g.scopes) == 1 {
@@ -256,7 +265,6 @@ func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *set
 	for i, s := range g.scopes {
 		p.scopes[i] = held{s: s, cost: e.costOf(i)}
 	}
-	return p
 }
 
 func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error) {

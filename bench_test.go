@@ -326,6 +326,30 @@ func okRT() http.RoundTripper {
 	})
 }
 
+// TestTransportAllocs pins BenchmarkClientTransport's budget: the
+// Transport adds one allocation to a round trip (its Permit, latency
+// trace context and request copy, together).
+func TestTransportAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under the race detector sync.Pool drops items at random: latency traces are made again")
+	}
+	m, err := New(benchConfig())
+	require.NoError(t, err)
+	req := get(t, "http://host0.example/page")
+	allocs := func(c *http.Client) float64 {
+		return testing.AllocsPerRun(1000, func() {
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		})
+	}
+	bare := allocs(&http.Client{Transport: okRT()})
+	through := allocs(&http.Client{Transport: m.Transport(okRT())})
+	assert.LessOrEqual(t, through-bare, 1.0)
+}
+
 // benchRoundTrips times do on one request, its body closed each time.
 func benchRoundTrips(b *testing.B, do func(*http.Request) (*http.Response, error)) {
 	req := benchRequests(b, 1)[0]

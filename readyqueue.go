@@ -139,6 +139,9 @@ type ReadyQueue struct {
 	poppers     popperList
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
 	closed      bool
+	// spare is a zero Permit for the next attempt to fill: one an
+	// attempt was refused with, never handed out.
+	spare *Permit
 
 	// robots.txt (robotsTxt nil: handling off): see robotsHeld.
 	robotsTxt    *robotsCache
@@ -420,7 +423,13 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 				}
 			}
 		}
-		p, adm, err := q.m.tryAcquire(req, g)
+		if q.spare == nil {
+			q.spare = new(Permit)
+		}
+		p, adm, err := q.m.tryAcquire(req, now, g, q.spare)
+		if p != nil {
+			q.spare = nil // handed out
+		}
 		switch {
 		case err != nil:
 			q.removeHead(g, now)

@@ -87,7 +87,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	clock := t.m.clock
 	lt := newLatencyTrace(clock)
-	traced := req.WithContext(lt.context(ctx, &r.ctx))
+	r.req = *req.WithContext(lt.context(ctx, &r.ctx)) // a copy on the stack, then in r
+	traced := &r.req
 	defer func() {
 		// The base RoundTripper or the FeedbackFunc panicked: give the
 		// slots back (doneAt does nothing if they were), then go on.
@@ -96,7 +97,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			panic(r)
 		}
 	}()
-	start := clock.Now()
+	start := p.acquired // the clock's reading at admission, taken just now
+	if t.m.obs.acquire || p.ext != nil {
+		// Observers ran since (a hook may take its time), or the
+		// acquired time is a Store's: read the local clock.
+		start = clock.Now()
+	}
 	resp, err := t.base.RoundTrip(traced)
 	now := clock.Now()
 	if err != nil {
@@ -188,10 +194,12 @@ func (lt *latencyTrace) context(ctx context.Context, into *tracedContext) contex
 }
 
 // roundTrip is what RoundTrip allocates for one request, in one
-// allocation: its Permit, and the context that traces its latency.
+// allocation: its Permit, the context that traces its latency, and the
+// request sent (a shallow copy of the caller's with that context).
 type roundTrip struct {
 	p   Permit
 	ctx tracedContext
+	req http.Request
 }
 
 // tracedContext is a request's context with a latencyTrace's hooks: the
