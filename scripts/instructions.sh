@@ -27,7 +27,7 @@ count() { # count BENCH N: instructions of one run, the least of three
 	# three valid runs is the count.
 	local try out n best=""
 	n=0
-	for try in 1 2 3 4 5 6; do
+	for try in $(seq 1 30); do
 		out=$(GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 			"$bin" -test.run='^$' -test.bench="^$1\$" -test.benchtime="$2x" 2>&1) || continue
 		grep -q '^PASS$' <<<"$out" && ! grep -q 'Process terminating' <<<"$out" || continue
@@ -36,7 +36,7 @@ count() { # count BENCH N: instructions of one run, the least of three
 		n=$((n + 1))
 		[ "$n" = 3 ] && break
 	done
-	[ -n "$best" ] || { echo "valgrind failed 6 times on $1 (try it alone on a quiet machine)" >&2; exit 1; }
+	[ -n "$best" ] || { echo "valgrind failed 30 times on $1 (try it alone on a quiet machine)" >&2; exit 1; }
 	echo "$best"
 }
 per() { # per BENCH: instructions per operation
