@@ -330,9 +330,6 @@ func okRT() http.RoundTripper {
 // Transport adds one allocation to a round trip (its Permit, latency
 // trace context and request copy, together).
 func TestTransportAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("under the race detector sync.Pool drops items at random: latency traces are made again")
-	}
 	m, err := New(benchConfig())
 	require.NoError(t, err)
 	req := get(t, "http://host0.example/page")
@@ -347,7 +344,14 @@ func TestTransportAllocs(t *testing.T) {
 	}
 	bare := allocs(&http.Client{Transport: okRT()})
 	through := allocs(&http.Client{Transport: m.Transport(okRT())})
-	assert.LessOrEqual(t, through-bare, 1.0)
+	limit := 1.0
+	if raceEnabled {
+		// The race detector makes sync.Pool drop a share of what is put
+		// back: the latency trace is made again now and then (2 more
+		// than the bare client, where 3 were 4).
+		limit = 2
+	}
+	assert.LessOrEqual(t, through-bare, limit)
 }
 
 // benchRoundTrips times do on one request, its body closed each time.
