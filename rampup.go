@@ -405,6 +405,11 @@ func (r *rampup) set(now time.Time, cfg *ScopeConfig, globalCap int, rate float6
 	if rate != r.rate {
 		r.rate, r.changed = rate, now
 	}
+	r.clearRound()
+}
+
+// clearRound empties the round: the answers counted so far prove nothing.
+func (r *rampup) clearRound() {
 	r.rOK, r.rSig = 0, 0
 	r.rFirst, r.rLast = time.Time{}, time.Time{}
 }
@@ -736,8 +741,7 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		}
 		if r.okCut || r.rOK > 0 {
 			r.cut, r.okCut, r.changed = now, false, now
-			r.rOK, r.rSig = 0, 0
-			r.rFirst, r.rLast = time.Time{}, time.Time{}
+			r.clearRound()
 		}
 		return
 	default:

@@ -193,8 +193,9 @@ type defaultScope struct {
 	// startRobots).
 	robotsStart bool
 	// plainGap says the gap after a start is the delay itself: no jitter
-	// to draw (Jitter off, the delay neither backoff's nor rampup's) and
-	// no robots.txt floor. refresh keeps it; startLatest reads it.
+	// to draw (jitterRange is empty, the delay not backoff's, whose gap
+	// has a floor of its own) and no robots.txt floor. refresh keeps it;
+	// startLatest reads it.
 	plainGap bool
 
 	// learned state, one part a file
@@ -339,7 +340,7 @@ func (s *defaultScope) refresh() {
 	s.lim.GapWhy = why
 	s.lim.Conc = int32(min(s.combineConcurrency(), math.MaxInt32))
 	s.lim.Gap = s.gap(s.effDelay)
-	s.plainGap = why != ReasonBackoff && !s.cfg.Rampup.Enabled && s.cfg.Jitter.Min == 0 && s.cfg.Jitter.Max == 0 && s.robotsFloor() == 0
+	s.plainGap = why != ReasonBackoff && s.jitterRange(why) == (Jitter{}) && s.robotsFloor() == 0
 }
 
 // baseDelay is the delay before robots.txt, AutoThrottle and backoff.
@@ -519,15 +520,23 @@ func (s *defaultScope) drawJitter() float64 {
 	return f
 }
 
+// jitterRange is the jitter range in effect while why holds the delay:
+// Backoff.Jitter for backoff's, Jitter narrowed by rampup, or Jitter.
+func (s *defaultScope) jitterRange(why Reason) Jitter {
+	switch {
+	case why == ReasonBackoff:
+		return s.cfg.Backoff.Jitter
+	case s.cfg.Rampup.Enabled:
+		return rampupJitter(s.cfg.Jitter)
+	}
+	return s.cfg.Jitter
+}
+
 // jitterFactor draws the jitter factor from the range in effect.
 func (s *defaultScope) jitterFactor() float64 {
-	j := s.cfg.Jitter
-	if _, why := s.delay(); why == ReasonBackoff {
-		j = s.cfg.Backoff.Jitter
-	} else if s.cfg.Rampup.Enabled {
-		j = rampupJitter(j)
-	}
-	if j.Min == 0 && j.Max == 0 {
+	_, why := s.delay()
+	j := s.jitterRange(why)
+	if j == (Jitter{}) {
 		return 1
 	}
 	var u float64
