@@ -36,8 +36,8 @@ import (
 // only its head is ever asked, with TryAcquire. A group is in one of four
 // places:
 //
-//   - ready: a heap in the order above, of the groups whose head may start
-//     now or has not been asked yet;
+//   - ready: the groups whose head may start now or has not been asked
+//     yet, in the order above;
 //   - waiting: a heap by the time TryAcquire named (Admission.At), when it
 //     moves to ready;
 //   - parked: refused with no time (every slot taken, or callers blocked
@@ -130,7 +130,7 @@ type ReadyQueue struct {
 	single      map[string]*setQueue              // one-scope groups, by scope key
 	multi       map[string]*setQueue              // the others, by setKey
 	parkedMulti map[string]map[*setQueue]struct{} // parked many-scope groups, by each scope key
-	ready       readyHeap
+	ready       readySet
 	waiting     waitingHeap
 	nParked     int
 	global      bool   // the last attempt was refused by the global cap, and nothing was released since
@@ -214,7 +214,7 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 		q.makeReady(g, now)
 	case g.state == setReady && g.entries[0].seq == e.seq: // a new head
 		q.rank(g, now)
-		q.ready.fix(g.idx)
+		q.ready.fix(g)
 	}
 	q.kick()
 	q.mu.Unlock()
@@ -356,7 +356,7 @@ func (q *ReadyQueue) Close() []*http.Request {
 		reqs[i] = held[i].req
 	}
 	q.single, q.multi, q.parkedMulti = nil, nil, nil
-	q.ready, q.waiting = nil, nil
+	q.ready, q.waiting = readySet{}, nil
 	q.robotsWait, q.robotsQueued = nil, nil
 	q.nParked, q.n, q.global = 0, 0, false
 	q.armed.Store(false)
@@ -404,8 +404,8 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			q.makeReady(g, now)
 		}
 	}
-	for len(q.ready) > 0 {
-		g := q.ready[0].g
+	for q.ready.len() > 0 {
+		g := q.ready.first()
 		req := g.entries[0].req
 		if err := req.Context().Err(); err != nil {
 			q.removeHead(g, now)
@@ -413,7 +413,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 		}
 		if q.robotsTxt != nil {
 			if q.robotsHeld(g, now) {
-				q.ready.remove(0)
+				q.ready.remove(g)
 				continue
 			}
 			if q.robotsTxt.cfg.Enforce {
@@ -444,7 +444,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			q.global = true
 			return nil, nil, time.Time{}, nil
 		case adm.At.IsZero():
-			q.ready.remove(0)
+			q.ready.remove(g)
 			var fallback time.Time
 			if adm.Reason == ReasonQueue {
 				// Callers blocked in Acquire are ahead: their release
@@ -453,7 +453,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			}
 			q.park(g, fallback)
 		default:
-			q.ready.remove(0)
+			q.ready.remove(g)
 			g.readyAt = adm.At
 			if !g.readyAt.After(now) {
 				g.readyAt = now.Add(time.Millisecond) // "not now" at a time that has come: don't spin
@@ -593,10 +593,10 @@ func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 	q.n--
 	if len(g.entries) > 0 {
 		q.rank(g, now)
-		q.ready.fix(g.idx)
+		q.ready.fix(g)
 		return
 	}
-	q.ready.remove(g.idx)
+	q.ready.remove(g)
 	g.state = setIdle
 	if len(g.keys) == 1 {
 		delete(q.single, g.keys[0])
@@ -605,7 +605,7 @@ func (q *ReadyQueue) removeHead(g *setQueue, now time.Time) {
 	}
 }
 
-// makeReady puts g in the ready heap.
+// makeReady puts g in ready.
 func (q *ReadyQueue) makeReady(g *setQueue, now time.Time) {
 	g.state = setReady
 	q.rank(g, now)
@@ -765,7 +765,7 @@ func (q *ReadyQueue) kick() {
 	if q.global {
 		return // a release will wake it
 	}
-	if len(q.ready) > 0 ||
+	if q.ready.len() > 0 ||
 		len(q.waiting) > 0 && (q.leaderAt.IsZero() || q.waiting[0].readyAt.Before(q.leaderAt)) {
 		first.signal()
 	}

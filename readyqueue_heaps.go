@@ -1,6 +1,7 @@
 // This file holds the ReadyQueue's internals: the groups of requests
-// (setQueue, entry, entryHeap), the heaps of ready and waiting groups, and
-// the FIFO of callers blocked in Pop.
+// (setQueue, entry, entryHeap), the ready groups (readySet: a run and a
+// heap) and the heap of waiting ones, and the FIFO of callers blocked in
+// Pop.
 
 package throttle
 
@@ -14,7 +15,8 @@ type setQueue struct {
 	// The fields the heaps read and write come first, together: a heap
 	// of many groups compares and moves groups that are not in the
 	// cache, and each of its steps then misses once a group, not twice.
-	idx int // in ready or waiting; -1 in neither
+	idx   int  // in ready (in its run if inRun, else its heap) or waiting; -1 in neither
+	inRun bool // in ready's run (readySet)
 	// the head's rank among ready groups
 	prio    int
 	share   float64
@@ -108,11 +110,114 @@ func (h *entryHeap) pop() {
 	*h = s
 }
 
-// readyHeap orders ready groups by their heads: higher priority, larger
-// quota share, pushed earlier. Each item holds its group's rank, so the
-// heap compares items without reaching into their groups: with thousands
-// of groups, each such reach missed the cache, twice a level of a sift.
-// A sift moves items into a hole, writing each moved group's idx once.
+// readySet holds the ready groups in their order (readyItem.before). The
+// groups that come in that order, each not before the last one added (a
+// crawl at one priority over many hosts: a host's next head was pushed
+// after the heads of the hosts ready before it), go to the back of a run,
+// a ring; the others go in a heap. Its first group is the better of the
+// run's first and the heap's root: it gives the groups in the order one
+// heap of them all would, and a group that comes in order costs O(1), not
+// a sift through the heap. A group taken out of the run before its turn
+// leaves a hole (an item with no group) there.
+type readySet struct {
+	heap readyHeap
+	run  []readyItem // len a power of 2; the item at position i is run[i&(len(run)-1)]
+	head int         // the run's first position, a group's unless the run is empty
+	tail int         // the position after its last item
+	live int         // the groups in the run
+}
+
+func (r *readySet) len() int { return len(r.heap) + r.live }
+
+// first returns the first group; r is not empty.
+func (r *readySet) first() *setQueue {
+	if r.live > 0 {
+		it := &r.run[r.head&(len(r.run)-1)]
+		if len(r.heap) == 0 || it.before(&r.heap[0]) {
+			return it.g
+		}
+	}
+	return r.heap[0].g
+}
+
+// push adds g, with its rank (rank).
+func (r *readySet) push(g *setQueue) {
+	it := readyItemOf(g)
+	if r.live == 0 {
+		r.head, r.tail = 0, 0
+	} else if it.before(&r.run[(r.tail-1)&(len(r.run)-1)]) {
+		r.heap.push(g)
+		return
+	}
+	if r.tail-r.head == len(r.run) {
+		r.grow()
+	}
+	r.run[r.tail&(len(r.run)-1)] = it
+	g.idx, g.inRun = r.tail, true
+	r.tail++
+	r.live++
+}
+
+// remove takes g out.
+func (r *readySet) remove(g *setQueue) {
+	if !g.inRun {
+		r.heap.remove(g.idx)
+		return
+	}
+	mask := len(r.run) - 1
+	r.run[g.idx&mask].g = nil
+	g.idx, g.inRun = -1, false
+	r.live--
+	for r.head < r.tail && r.run[r.head&mask].g == nil {
+		r.head++
+	}
+	if holes := r.tail - r.head - r.live; holes > 32 && holes > r.live {
+		r.compact()
+	}
+}
+
+// fix puts g in its place again after its rank changed.
+func (r *readySet) fix(g *setQueue) {
+	r.remove(g)
+	r.push(g)
+}
+
+// grow doubles the run's ring.
+func (r *readySet) grow() {
+	run := make([]readyItem, max(16, 2*len(r.run)))
+	for i := r.head; i < r.tail; i++ {
+		run[i&(len(run)-1)] = r.run[i&(len(r.run)-1)]
+	}
+	r.run = run
+}
+
+// compact closes the run's holes, keeping its order.
+func (r *readySet) compact() {
+	mask := len(r.run) - 1
+	j := r.head
+	for i := r.head; i < r.tail; i++ {
+		it := r.run[i&mask]
+		if it.g == nil {
+			continue
+		}
+		if j != i {
+			r.run[j&mask] = it
+			it.g.idx = j
+		}
+		j++
+	}
+	for i := j; i < r.tail; i++ {
+		r.run[i&mask] = readyItem{}
+	}
+	r.tail = j
+}
+
+// readyHeap, readySet's heap, orders ready groups by their heads: higher
+// priority, larger quota share, pushed earlier. Each item holds its
+// group's rank, so the heap compares items without reaching into their
+// groups: with thousands of groups, each such reach missed the cache,
+// twice a level of a sift. A sift moves items into a hole, writing each
+// moved group's idx once.
 type readyHeap []readyItem
 
 type readyItem struct {

@@ -323,11 +323,14 @@ func benchReadyQueue(b *testing.B, hosts int, also func(*http.Request)) (*stepCl
 // request a second (Concurrency 1, Delay 1s), with two requests queued
 // per host. Each op pushes one request and pops one; a popped request
 // holds its slot until the batch of pops it came in has ended, as a fetch
-// would, so pops meet hosts that wait for a slot (parked), for their delay
-// (waiting) and that can start. The clock moves 1s/20,000 per pop, so a
-// host comes due at each. push-ns and pop-ns are the two halves of an op;
-// pop-ns includes the TryAcquire calls it makes and the release of the
-// permit (with the queue's release hook).
+// would. The clock moves 1s/20,000 per pop, so a host comes due at each:
+// the pops go round the hosts in push order, and a host's next head is
+// asked 20,000 pops (1s) after its last start, its delay over and its slot
+// released, so every head asked starts, and none is parked or waits for
+// its delay: the queue of a crawl whose workers, not its hosts, are the
+// bottleneck. push-ns and pop-ns are the two halves of an op; pop-ns
+// includes the TryAcquire calls it makes and the release of the permit
+// (with the queue's release hook).
 func BenchmarkReadyQueue(b *testing.B) {
 	const hosts, batch = 20000, 1000
 	clock, q, reqs := benchReadyQueue(b, hosts, func(*http.Request) {})
@@ -459,7 +462,10 @@ func (f *heapFrontier) release(e *frontierHost) {
 // hosts at one start a second, two requests queued a host, batches of
 // 1,000 pops whose requests hold their host until the batch ends) on a
 // ReadyQueue and on heapFrontier, in alternating batches of the same run,
-// and reports the pops' time on each and their ratio.
+// and reports the pops' time on each and their ratio. A queue pop includes
+// the admission of its request (TryAcquire: the host's scope's lock and
+// policy, a new Permit) and the permit's Release; heapFrontier keeps its
+// hosts' delay itself and admits nothing.
 func BenchmarkReadyQueueVsHeap(b *testing.B) {
 	const hosts, batch = 20000, 1000
 	f := &heapFrontier{hosts: make(map[string]*frontierHost), delay: time.Second}
