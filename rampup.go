@@ -11,8 +11,8 @@ package throttle
 //  1. Climb. A proven round sets G = R and raises R: doubling until a
 //     first refusal (TCP's slow start), then halfway to B on a log scale,
 //     then past B by 2 %, doubled per proof up to 25 % (CUBIC). A climb
-//     holds the proof time: the longest the server took to refuse a
-//     rise, its last wait, a round at least.
+//     holds the proof time: the longest the server took to refuse a rise
+//     (over 2 minutes and 100 successes: 5 s), its wait, a round at least.
 //  2. Probe. With G within 2 % under B, the next climb comes after the
 //     proof time, doubled per failed probe in a row, and a Window per
 //     MaxSignals refusals the last one cost, at most 10 Windows (BBR).
@@ -128,6 +128,20 @@ const (
 	// rampupMaxMemory caps the proof time and the server's waits a round
 	// spans: two minutes, two windows of a quota per minute (rule 5).
 	rampupMaxMemory = 2 * time.Minute
+	// rampupLateOK: a refusal that comes more than rampupMaxMemory and
+	// this many successes after the rise it ends teaches a memory of
+	// rampupTrust only, not the two minutes of the cap. No hold the
+	// memory allows would have waited for it: it is a burst that hid a
+	// small excess for minutes, or a change of the server's (a blip, a
+	// neighbour filling a shared limit). Holding every later climb two
+	// minutes for it slowed the way back from a blip: one 429 after three
+	// minutes at 50 req/s held the scope at 64 % of that rate for four
+	// minutes. Holding them none sent a burst's later climbs too often:
+	// nginx in delay mode with a burst of 6-8 drew 6 refusals a minute
+	// (field draws). Under 100 successes, a slow server's counter may
+	// still be what answered (1 request per 8 s is 15 in two minutes):
+	// it is learned whole, as any.
+	rampupLateOK = 100
 	// rampupCycleMin is the least time a drain refuses everything, past
 	// the server's gates, for rule 5 to bound G: a second, so a bucket
 	// refilling is not a quota.
@@ -715,8 +729,9 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// The climb that raised G refused later than its proof: back to
 		// the rate before it; the server's memory is that long.
 		r.bad, next = r.good, r.prevG
+		took := r.taught(now, r.rise)
 		r.setGood(now, r.prevG)
-		r.failed(now.Sub(r.rise))
+		r.failed(took)
 	case r.measured && !r.trusted(now),
 		!r.cutAt.IsZero() && now.Sub(r.cutAt) < rampupTrust:
 		// G was measured (a quota's cycle, a stated rate, or what the
@@ -755,7 +770,7 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		r.bad = from
 		// And the server took that long to refuse it: climbs are held
 		// as long (a quota or counter fills after a while at any rate).
-		r.memory = max(r.memory, min(now.Sub(later(r.rise, r.first)), rampupMaxMemory))
+		r.memory = max(r.memory, min(r.taught(now, later(r.rise, r.first)), rampupMaxMemory))
 		r.setGood(now, max(floor, min(from*(1-rampupEpsilon), r.delivered(now))))
 		r.cutAt = now
 		next = r.good
@@ -766,6 +781,17 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 	if r.settled() {
 		r.probeAt = later(r.probeAt, now.Add(r.probeInterval(cfg)))
 	}
+}
+
+// taught is how long the server took to refuse the rate G rose to at
+// rise, as a memory to learn from a refusal at G now (rule 3): the time
+// since, or rampupTrust for a refusal that late (rampupLateOK).
+func (r *rampup) taught(now, rise time.Time) time.Duration {
+	took := now.Sub(rise)
+	if took > rampupMaxMemory && r.gOK >= rampupLateOK {
+		return rampupTrust
+	}
+	return took
 }
 
 // failed notes a climb refused took after it began.

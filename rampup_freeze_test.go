@@ -182,3 +182,55 @@ func noFreezeFromBytes(t *testing.T, data []byte) {
 		checkNoFreeze(t, rand.New(rand.NewPCG(uint64(len(data)), 3)), phases)
 	}
 }
+
+// TestRampupBlipAfterLongHold: a scope that held its rate for minutes
+// meets one refusal, or ten seconds of them, and the server then
+// accepts everything again. The refusal came too late after the rise for
+// a hold to wait for it (rampupLateOK): the scope is back to 90 % of the
+// rate within a minute (10-25 s). Before, it took four to six: the
+// refusal taught a memory of two minutes, and each climb back was held
+// that long.
+func TestRampupBlipAfterLongHold(t *testing.T) {
+	for _, one := range []bool{true, false} {
+		for _, lat := range []time.Duration{time.Millisecond, 50 * time.Millisecond, time.Second} {
+			cfg := defaultScopeConfig()
+			cfg.Rampup.Enabled = true
+			cfg.Rampup.MaxRate = freezeMaxRate
+			s := NewDefaultScopeManager(ScopeParams{Key: "s", Config: cfg, GlobalConcurrency: 16,
+				Rand: rand.New(rand.NewPCG(1, 2))}).(*defaultScope)
+			d := &scopeDriver{s: s, now: time.Unix(1_000_000, 0), workers: 16}
+			rate := func() float64 { return s.rampup.current(&s.cfg) }
+			refused := 0
+			// run serves status for d, or until done holds.
+			run := func(d0 time.Duration, status int, done func() bool) bool {
+				end := d.now.Add(d0)
+				for d.now.Before(end) {
+					if done() {
+						return true
+					}
+					d.start(func(time.Time) Feedback {
+						if status != 200 {
+							refused++
+						}
+						return Feedback{Status: status, Latency: lat}
+					})
+					d.advance(end)
+					s.tick(d.now)
+				}
+				return done()
+			}
+			never := func() bool { return false }
+			run(3*time.Minute, 200, never)
+			held := rate()
+			blip := "10 s of refusals"
+			if one {
+				blip = "one refusal"
+			}
+			run(10*time.Second, 429, func() bool { return one && refused > 0 })
+			if !run(time.Minute, 200, func() bool { return rate() >= 0.9*held }) {
+				t.Errorf("%s, latency %v: held %.3g req/s for 3 minutes, %.3g a minute after",
+					blip, lat, held, rate())
+			}
+		}
+	}
+}
