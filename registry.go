@@ -196,14 +196,18 @@ func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope,
 	return m.lookup(key, now)
 }
 
-// find returns the scope of key in sh, nil when there is none.
+// find returns the scope of key in sh, nil when there is none. The scope
+// may be forgotten as soon as it is found, locked or not: its users look
+// it up again when they find it dead (tryFastOne, relock). So sh.last is
+// tried without the lock, which it needs only to be stored.
 func (sh *shard) find(key string) *scope {
+	if s := sh.last.Load(); s != nil && s.key == key {
+		return s
+	}
 	sh.mu.RLock()
-	s := sh.last.Load()
-	if s == nil || s.key != key {
-		if s = sh.m[key]; s != nil {
-			sh.last.Store(s)
-		}
+	s := sh.m[key]
+	if s != nil {
+		sh.last.Store(s)
 	}
 	sh.mu.RUnlock()
 	return s
