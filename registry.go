@@ -34,10 +34,11 @@ type shard struct {
 	// ev is the eviction order and the evicted scopes' records, once
 	// the shard has held more than its share of MaxScopes (evicted.go).
 	ev *eviction
-	// last is the scope lookup found last in m, tried before m: a crawl
-	// often asks for one host many times in a row. It is stored with
-	// mu read-locked, only while the scope is in m, and cleared when the
-	// scope leaves m, with mu locked: it is always in m.
+	// last is the scope lookup found last in m, tried before m, without
+	// mu: a crawl often asks for one host many times in a row. It is
+	// stored with mu read-locked, only while the scope is in m, and
+	// cleared when the scope leaves m, with mu locked: it is always in m,
+	// or was until find read it (see find).
 	last atomic.Pointer[scope]
 	_    [128 - 88]byte // one shard per pair of cache lines: no false sharing
 }
