@@ -192,10 +192,14 @@ func (m *ThrottlingManager) settled(s *scope) {
 // changes recorded when watch (obs.policy) was set; both are handed on by
 // value, so they stay on the releasing caller's stack.
 func (m *ThrottlingManager) afterRelease(p *Permit, fb *Feedback, ev *hookEvents, watch bool) {
-	subs := m.obs.released.Load()
-	if subs == nil {
-		return
+	if m.obs.released.Load() != nil { // small enough to inline: no call without subscribers
+		m.tellReleased(p, fb, ev, watch)
 	}
+}
+
+// tellReleased is afterRelease past its test.
+func (m *ThrottlingManager) tellReleased(p *Permit, fb *Feedback, ev *hookEvents, watch bool) {
+	subs := m.obs.released.Load()
 	var changes hookEvents
 	if watch {
 		changes = *ev

@@ -34,10 +34,11 @@ type shard struct {
 	// ev is the eviction order and the evicted scopes' records, once
 	// the shard has held more than its share of MaxScopes (evicted.go).
 	ev *eviction
-	// last is the scope lookup found last in m, tried before m: a crawl
-	// often asks for one host many times in a row. It is stored with
-	// mu read-locked, only while the scope is in m, and cleared when the
-	// scope leaves m, with mu locked: it is always in m.
+	// last is the scope lookup found last in m, tried before m, without
+	// mu: a crawl often asks for one host many times in a row. It is
+	// stored with mu read-locked, only while the scope is in m, and
+	// cleared when the scope leaves m, with mu locked: it is always in m,
+	// or was until find read it (see find).
 	last atomic.Pointer[scope]
 	_    [128 - 88]byte // one shard per pair of cache lines: no false sharing
 }
@@ -196,14 +197,18 @@ func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope,
 	return m.lookup(key, now)
 }
 
-// find returns the scope of key in sh, nil when there is none.
+// find returns the scope of key in sh, nil when there is none. The scope
+// may be forgotten as soon as it is found, locked or not: its users look
+// it up again when they find it dead (tryFastOne, relock). So sh.last is
+// tried without the lock, which it needs only to be stored.
 func (sh *shard) find(key string) *scope {
+	if s := sh.last.Load(); s != nil && s.key == key {
+		return s
+	}
 	sh.mu.RLock()
-	s := sh.last.Load()
-	if s == nil || s.key != key {
-		if s = sh.m[key]; s != nil {
-			sh.last.Store(s)
-		}
+	s := sh.m[key]
+	if s != nil {
+		sh.last.Store(s)
 	}
 	sh.mu.RUnlock()
 	return s

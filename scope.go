@@ -653,7 +653,8 @@ func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate t
 	if moved {
 		s.refresh()
 	}
-	nd, why := s.rejitter()
+	s.rejitter()
+	nd, why := s.delay()
 	if nd != old && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		args := []any{"scope", s.key, "in_flight", s.adm.InFlight,
 			"delay_ms", nd.Milliseconds(), "change_ms", (nd - old).Milliseconds(),
@@ -683,27 +684,27 @@ func (s *defaultScope) plainSuccess(fb *Feedback) bool {
 
 // rejitter draws the jitter factor of the wait after the previous start
 // again when the rule that sets the delay went in or out of backoff since
-// that start, and returns the delay in effect and its rule.
-func (s *defaultScope) rejitter() (time.Duration, Reason) {
+// that start.
+func (s *defaultScope) rejitter() {
+	if s.adm.Started && s.backoffJitter != (s.lim.GapWhy == ReasonBackoff) { // small enough to inline
+		s.redraw()
+	}
+}
+
+// redraw is rejitter's draw, when the rule that sets the delay went in or
+// out of backoff since the previous start.
+//
+// Out of backoff, the wait after the previous start follows the scope's
+// own delay again, with a factor of the scope's jitter (under rampup, one
+// that never shortens the gap), not the one Backoff.Jitter gave it. Into
+// backoff, it follows the backoff delay: its factor is drawn from
+// Backoff.Jitter, as every start in backoff does. The factor drawn at that
+// start came from Jitter (±50 %), which put the first wait of a 300 s
+// backoff anywhere from 150 s to 450 s, past MaxDelay.
+func (s *defaultScope) redraw() {
 	nd, why := s.delay()
-	if why != ReasonBackoff && s.backoffJitter && s.adm.Started {
-		// Backoff ended: the wait after the previous start follows the
-		// scope's own delay again, with a factor of the scope's jitter
-		// (under rampup, one that never shortens the gap), not the one
-		// Backoff.Jitter gave it.
-		s.jitter, s.backoffJitter = s.drawJitter(), false
-		s.lim.Gap = s.gap(nd)
-	}
-	if why == ReasonBackoff && !s.backoffJitter && s.adm.Started {
-		// The wait after the previous start now follows the backoff
-		// delay: draw its factor from Backoff.Jitter, as every start in
-		// backoff does. The factor drawn at that start came from Jitter
-		// (±50 %), which put the first wait of a 300 s backoff anywhere
-		// from 150 s to 450 s, past MaxDelay.
-		s.jitter, s.backoffJitter = s.drawJitter(), true
-		s.lim.Gap = s.gap(nd)
-	}
-	return nd, why
+	s.jitter, s.backoffJitter = s.drawJitter(), why == ReasonBackoff
+	s.lim.Gap = s.gap(nd)
 }
 
 func (s *defaultScope) setGate(t time.Time) { s.adm.SetGate(t) }

@@ -65,12 +65,10 @@ func (a *State) CheckLatest(now time.Time, raised bool, l *Limits, slotDelay tim
 		return time.Time{}, Concurrency
 	}
 	at, why := now, None
-	if a.Started {
-		next := a.LastStart
-		if l.Gap != 0 {
-			next = next.Add(l.Gap) // Add(0) changes nothing but costs ~70 instructions
-		}
-		if next.After(at) {
+	// Without a gap the previous start holds nothing back: it is not
+	// after now (LatestRaised, or the rebase above, made sure of it).
+	if a.Started && l.Gap > 0 {
+		if next := a.LastStart.Add(l.Gap); next.After(at) {
 			at, why = next, l.GapWhy
 		}
 	}
