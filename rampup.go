@@ -738,7 +738,7 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		r.failed(now.Sub(r.changed))
 	case r.raised && r.prevG > 0:
 		// The climb that raised G refused later than its proof: back to
-		// the rate before it; the server's memory is that long.
+		// the rate before it; the server's memory is that long (taught).
 		r.bad, next = r.good, r.prevG
 		took := r.taught(now, r.rise)
 		r.setGood(now, r.prevG)
