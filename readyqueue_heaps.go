@@ -176,8 +176,13 @@ func (r *readySet) remove(g *setQueue) {
 	}
 }
 
-// fix puts g in its place again after its rank changed.
+// fix puts g in its place again after its rank changed: in the heap, a
+// sift; in the run, which holds only groups in order, out and in again.
 func (r *readySet) fix(g *setQueue) {
+	if !g.inRun {
+		r.heap.fix(g.idx)
+		return
+	}
 	r.remove(g)
 	r.push(g)
 }
