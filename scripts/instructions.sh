@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per operation of the hot paths, counted by valgrind's
-# callgrind (garbage collection included), each next to its baseline:
+# callgrind (garbage collection included, and for Acquire+Release also
+# without: GOGC=off), each next to its baseline:
 #   AcquireRelease   Acquire+Release on one scope    vs BaselineRateLimiterMap
 #   ClientTransport  http.Client.Do through Transport vs BaselineClient
 # Each figure is the difference of two runs of the benchmark binary, at
@@ -52,11 +53,16 @@ per() { # per BENCH: instructions per operation
 	echo $(((b - a) / (n2 - n1)))
 }
 ar=$(per BenchmarkAcquireRelease)
+# The same without garbage collection: the runs above count the GC work
+# that falls inside their window, which varies from run to run (the
+# figure jumps between two levels about 200 apart for one binary); with
+# GOGC=off every run counts the same, so a change of the code shows.
+arng=$(GOGC=off && export GOGC && per BenchmarkAcquireRelease)
 rl=$(per BenchmarkBaselineRateLimiterMap)
 ct=$(per BenchmarkClientTransport)
 bc=$(per BenchmarkBaselineClient)
 printf 'instructions per operation (callgrind, GC included):\n'
-printf '  %-34s %6d\n' "Acquire+Release, one scope" "$ar" "rate.Limiter map (baseline)" "$rl" \
+printf '  %-34s %6d\n' "Acquire+Release, one scope" "$ar" "  the same, GOGC=off" "$arng" "rate.Limiter map (baseline)" "$rl" \
 	"Client.Do through Transport" "$ct" "Client.Do, bare (baseline)" "$bc"
 awk -v a="$ar" -v b="$rl" 'BEGIN { printf "Acquire+Release / rate.Limiter map: %.2fx\n", a / b }'
 printf 'Transport over a bare client: +%d instructions a request\n' $((ct - bc))
