@@ -13,9 +13,9 @@ package throttle
 //     then past B by 2 %, doubled per proof up to 25 % (CUBIC). A climb
 //     holds the proof time: the longest the server took to refuse a rise
 //     (over 2 minutes and 100 successes: 5 s), its wait, a round at least.
-//  2. Probe. With G within 2 % under B, the next climb comes after the
-//     proof time, doubled per failed probe in a row, and a Window per
-//     MaxSignals refusals the last one cost, at most 10 Windows (BBR).
+//  2. Probe. With G within 2 % under B, climbs wait the proof time x2
+//     per failed probe in a row, a Window per MaxSignals refusals the last
+//     cost, 50x the time it left all refused (it wins 2 %); 10 Windows max.
 //  3. Refusal. One event per round trip (refusals of requests sent before
 //     R last fell answer the old rate). Above G: B = R; R returns to G,
 //     once a drain saw later requests refused (a counter of refusals)
@@ -274,6 +274,7 @@ type rampup struct {
 	lastNo   time.Time     // the latest start of a refused request
 	cost     int           // refusals since the last failed climb, until its drain ended
 	costing  bool          // counting cost
+	lost     time.Duration // how long the last failed probe's drain refused everything
 	probe    bool          // R is a probe of a settled G
 
 	first time.Time // the first answer, or the end of the last outage
@@ -832,7 +833,7 @@ func (r *rampup) drainRound(now time.Time, cfg *ScopeConfig, gc int) {
 func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 	r.drain = false
 	if r.costing {
-		r.costing = false
+		r.costing, r.lost = false, started.Sub(r.drainAt)
 		if r.settled() {
 			r.probeAt = now.Add(r.probeInterval(cfg))
 		}
@@ -997,6 +998,13 @@ func (r *rampup) probeInterval(cfg *ScopeConfig) time.Duration {
 		// A probe that cost n refusals comes n/MaxSignals Windows later
 		// at least: MaxSignals a Window.
 		d = max(d, cfg.Window.Seconds()*float64(r.cost)/float64(max(cfg.Rampup.MaxSignals, 1)))
+		// A probe of a settled G can win 2 % (B is that close); one
+		// that left the server refusing everything for a while cost all
+		// of that while: the next comes 50 times as late, so probes never
+		// cost more than they can win. (A sliding log of 659 per 52 s
+		// gates a scope 50 s per refused probe: probed every minute or
+		// two, it delivered 82 % of its limit over minutes 5-15.)
+		d = max(d, r.lost.Seconds()/rampupEpsilon)
 	}
 	return time.Duration(min(d, rampupMaxProbeWindows*cfg.Window.Seconds()) * float64(time.Second))
 }

@@ -889,3 +889,38 @@ func TestRampupFirstRefusalTeachesNoMemory(t *testing.T) {
 	require.Positive(t, r.bad, "a refusal after a success is the limit's answer")
 	assert.Less(t, r.proofTime(), time.Second)
 }
+
+// TestRampupProbeCostsAtMostItsGain: a probe of a settled G can win 2 %
+// (B is that close). One whose refusal left the server refusing
+// everything for a while (a sliding log gating the scope until its oldest
+// entry expires: one refusal, then nothing sent) cost that whole while: the next probe comes 50 times as
+// late, and 10 Windows at the latest, so probing never costs more than it
+// can win and a learned ceiling is still re-probed.
+func TestRampupProbeCostsAtMostItsGain(t *testing.T) {
+	for _, c := range []struct {
+		dead, want time.Duration
+	}{
+		{dead: 4 * time.Second, want: 200 * time.Second},
+		{dead: 30 * time.Second, want: rampupMaxProbeWindows * time.Minute}, // 1,500 s: capped
+	} {
+		t.Run(c.dead.String(), func(t *testing.T) {
+			p := newPolicy(t, rampConfig())
+			r := p.s.rampup
+			r.rate, r.good, r.bad = 10, 10, 10.2
+			r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+			p.s.refresh()
+			require.True(t, p.until(100000, 10*ms, ok, func() bool { return p.rate() > r.good }), "probed")
+			// The probe fails, and the server gates the scope (a spent
+			// quota's wait): the next request goes dead later.
+			p.paced(1, 10*ms, tooMany)
+			p.now = p.now.Add(c.dead)
+			p.next = p.now
+			p.paced(1, 10*ms, ok)
+			back := p.now
+			require.True(t, p.until(1000000, 10*ms, ok, func() bool { return p.rate() > r.good }), "probed again")
+			gap := p.now.Sub(back)
+			assert.GreaterOrEqual(t, gap, c.want-2*time.Second, "the next probe")
+			assert.LessOrEqual(t, gap, c.want+2*time.Second, "the next probe")
+		})
+	}
+}
