@@ -212,28 +212,29 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	}
 	na := noAdjust(ctx) || (other && noAdjust(rctx))
 	if !fromCtx && m.cfg.Scoper == nil {
-		s, err := m.hostScope(req, now) // lookup(requestHost(req))
+		s, sh, err := m.hostScope(req, now) // lookup(requestHost(req))
 		if err != nil {
 			return nil, err
 		}
-		// Made once its scope is known, the Permit is filled by the
-		// stores that initialise it, which need no write barriers.
 		p := into
 		if p == nil {
-			p = &Permit{m: m, req: req, noAdjust: na, one: [1]held{{s: s, cost: 1}}}
-		} else {
-			p.m, p.req, p.noAdjust, p.one[0] = m, req, na, held{s: s, cost: 1}
+			p = sh.freshPermit()
+		}
+		p.m, p.noAdjust, p.one[0] = m, na, held{s: s, cost: 1}
+		if m.obs.request {
+			p.req = req
 		}
 		p.scopes = p.one[:1]
 		return p, nil
 	}
 	p := into
 	if p == nil {
-		p = &Permit{m: m, req: req}
-	} else {
-		p.m, p.req = m, req
+		p = new(Permit) // a Scoper's or the context's scopes: the shard is not known yet
 	}
-	p.noAdjust = na
+	p.m, p.noAdjust = m, na
+	if m.obs.request {
+		p.req = req
+	}
 	if !fromCtx {
 		var err error
 		if scopes, err = m.callScoper(req); err != nil {
@@ -254,8 +255,10 @@ func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *set
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	p.m, p.req = m, req
-	p.noAdjust = noAdjust(req.Context())
+	p.m, p.noAdjust = m, noAdjust(req.Context())
+	if m.obs.request {
+		p.req = req
+	}
 	if len(g.scopes) == 1 {
 		p.scopes = p.one[:1]
 	} else {

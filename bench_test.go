@@ -55,8 +55,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// TestAcquireReleaseAllocs pins BenchmarkAcquireRelease's budget: one
-// allocation, the Permit, per Acquire and Release of a ready scope.
+// TestAcquireReleaseAllocs pins BenchmarkAcquireRelease's budget: at most one
+// allocation (a slab of Permits, every permitsPerSlab) per Acquire and
+// Release of a ready scope.
 func TestAcquireReleaseAllocs(t *testing.T) {
 	m, err := New(benchConfig())
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 // Admitted to admitted; the policy hooks and Released to afterRelease.
 func (m *ThrottlingManager) subscribeHooks(o *observers) {
 	h := &m.cfg.Hooks
+	o.request = h.Admitted != nil || h.Released != nil // their events carry the URL and context
 	if h.Admitted != nil {
 		o.admitted = append(o.admitted, m.hookAdmitted)
 	}

@@ -77,6 +77,9 @@ type observers struct {
 	// created: the registry made the scope s, with the configuration
 	// cfg, and has not shared it yet (no lock needed).
 	created []func(s *scope, cfg *ScopeConfig)
+	// request is set when a subscriber reads a permit's request
+	// (Permit.url, Permit.context): permits then keep it.
+	request bool
 	// policy is set when an afterRelease subscriber reads the policy
 	// changes: the release then records them (hookEvents), with each
 	// scope locked.

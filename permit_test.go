@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -91,4 +92,29 @@ func TestReleaseCustomFeedbackFunc(t *testing.T) {
 		assert.Equal(t, cfg.Default.Backoff.MinDelay, s.pol.(*defaultScope).backoff.delay, "the 429 reached the scope")
 		s.mu.Unlock()
 	})
+}
+
+// TestFreshPermitsAreDistinct: a shard's slab hands each Permit out once,
+// across slabs and to callers racing for the last ones.
+func TestFreshPermitsAreDistinct(t *testing.T) {
+	var sh shard
+	const callers, each = 8, 10 * permitsPerSlab
+	got := make([][]*Permit, callers)
+	var wg sync.WaitGroup
+	for c := range got {
+		wg.Go(func() {
+			for range each {
+				got[c] = append(got[c], sh.freshPermit())
+			}
+		})
+	}
+	wg.Wait()
+	seen := make(map[*Permit]bool)
+	for _, ps := range got {
+		for _, p := range ps {
+			require.False(t, seen[p], "a Permit handed out twice")
+			require.True(t, p.m == nil && p.scopes == nil && !p.released.Load(), "a Permit not zero")
+			seen[p] = true
+		}
+	}
 }

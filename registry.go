@@ -40,7 +40,9 @@ type shard struct {
 	// cleared when the scope leaves m, with mu locked: it is always in m,
 	// or was until find read it (see find).
 	last atomic.Pointer[scope]
-	_    [128 - 88]byte // one shard per pair of cache lines: no false sharing
+	// slab holds the Permits freshPermit hands out next (permit.go).
+	slab atomic.Pointer[permitSlab]
+	_    [128 - 96]byte // one shard per pair of cache lines: no false sharing
 }
 
 // forget removes s from sh (locked, as s), keeping its counts.
@@ -175,26 +177,33 @@ func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
 	return m.create(sh, h, key, now)
 }
 
-// hostScope is lookup(requestHost(req)). When the scope of the URL's host
-// as it is exists with a plain key (scope.plain), that host is its own
-// scope key, and requestHost's check of it is spared.
-func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope, error) {
+// hostScope is lookup(requestHost(req)), which also returns the scope's
+// shard. When the scope of the URL's host as it is exists with a plain key
+// (scope.plain), that host is its own scope key, and requestHost's check
+// of it is spared.
+func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope, *shard, error) {
 	if req.URL != nil {
 		host := req.URL.Host
 		sh, h := m.hashShard(host)
 		s := sh.find(host)
 		switch {
 		case s != nil && s.plain:
-			return s, nil
+			return s, sh, nil
 		case s == nil && scopekey.Plain(host): // requestHost returns host: hashed already
-			return m.create(sh, h, host, now)
+			s, err := m.create(sh, h, host, now)
+			return s, sh, err
 		}
 	}
 	key, err := requestHost(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return m.lookup(key, now)
+	sh, h := m.hashShard(key)
+	if s := sh.find(key); s != nil {
+		return s, sh, nil
+	}
+	s, err := m.create(sh, h, key, now)
+	return s, sh, err
 }
 
 // find returns the scope of key in sh, nil when there is none. The scope
