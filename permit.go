@@ -240,9 +240,19 @@ func (e localEngine) release(p *Permit, now time.Time, fb *Feedback) {
 		if watch {
 			before, _ = h.s.pol.snap()
 		}
-		signal, changed := h.s.pol.end(now, &h.ticket, *fb, p.robotsFetch)
-		if changed != nil {
-			fb = changed // later scopes see what a custom Finish changed
+		var signal bool
+		if d, ok := h.s.pol.(*defaultScope); ok {
+			// The interface's end, devirtualised: the default policy's
+			// own method takes fb by pointer, without the copy of its
+			// 120 bytes that end takes (about 50 instructions a
+			// release). It does what end does, and changes no Feedback.
+			signal = d.endIn(now, &h.ticket, fb, p.robotsFetch)
+		} else {
+			var changed *Feedback
+			signal, changed = h.s.pol.end(now, &h.ticket, *fb, p.robotsFetch)
+			if changed != nil {
+				fb = changed // later scopes see what a custom Finish changed
+			}
 		}
 		h.s.lastUsed, h.s.signal = now.UnixNano(), signal
 		h.s.counts.finished(now, fb, signal, p.robotsFetch)
