@@ -204,13 +204,23 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	rctx := req.Context()
-	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
-	scopes, fromCtx := ScopesFromContext(ctx)
-	if !fromCtx && other {
-		scopes, fromCtx = ScopesFromContext(rctx)
+	// One lookup a context (rctx is often ctx: looking it up again costs
+	// less than comparing the two, an interface comparison).
+	cv, rv := valuesOf(ctx), valuesOf(req.Context())
+	var (
+		scopes  []Scope
+		fromCtx bool
+		na      bool
+	)
+	if cv != nil {
+		scopes, fromCtx, na = cv.scopes, cv.hasScopes, cv.noAdjust
 	}
-	na := noAdjust(ctx) || (other && noAdjust(rctx))
+	if rv != nil {
+		if !fromCtx {
+			scopes, fromCtx = rv.scopes, rv.hasScopes
+		}
+		na = na || rv.noAdjust
+	}
 	if !fromCtx && m.cfg.Scoper == nil {
 		s, sh, err := m.hostScope(req, now) // lookup(requestHost(req))
 		if err != nil {
