@@ -101,7 +101,7 @@ func (e localEngine) acquire(ctx context.Context, p *Permit, now, notBefore time
 		adm Admission
 		who int
 	)
-	if len(p.scopes) == 1 { // tryFast's own test, sparing its call
+	if p.n == 1 { // tryFast's own test, sparing its call
 		ok, adm, who = m.tryFastOne(p, now)
 	} else {
 		ok, adm, who = m.tryFast(p, now)
@@ -109,11 +109,11 @@ func (e localEngine) acquire(ctx context.Context, p *Permit, now, notBefore time
 	if ok {
 		return p, nil
 	}
-	if err := m.refusing(p.scopes, now, adm); err != nil {
+	if err := m.refusing(p.scopes(), now, adm); err != nil {
 		return nil, err
 	}
 	if dl, has := ctx.Deadline(); has && !adm.At.IsZero() && dl.Before(adm.At) {
-		return nil, &WaitError{Scope: scopeKey(p.scopes, who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
+		return nil, &WaitError{Scope: scopeKey(p.scopes(), who), Reason: adm.Reason, ReadyAt: adm.At, Err: context.DeadlineExceeded}
 	}
 	return m.wait(ctx, p, time.Time{})
 }
@@ -171,7 +171,7 @@ func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQ
 		return nil, Admission{}, err
 	}
 	if !ok {
-		err := m.refusing(p.scopes, now, adm)
+		err := m.refusing(p.scopes(), now, adm)
 		m.unused(p, into)
 		return nil, adm, err
 	}
@@ -204,13 +204,23 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	rctx := req.Context()
-	other := rctx != ctx // one interface comparison (runtime.ifaceeq), not two
-	scopes, fromCtx := ScopesFromContext(ctx)
-	if !fromCtx && other {
-		scopes, fromCtx = ScopesFromContext(rctx)
+	// One lookup a context (rctx is often ctx: looking it up again costs
+	// less than comparing the two, an interface comparison).
+	cv, rv := valuesOf(ctx), valuesOf(req.Context())
+	var (
+		scopes  []Scope
+		fromCtx bool
+		na      bool
+	)
+	if cv != nil {
+		scopes, fromCtx, na = cv.scopes, cv.hasScopes, cv.noAdjust
 	}
-	na := noAdjust(ctx) || (other && noAdjust(rctx))
+	if rv != nil {
+		if !fromCtx {
+			scopes, fromCtx = rv.scopes, rv.hasScopes
+		}
+		na = na || rv.noAdjust
+	}
 	if !fromCtx && m.cfg.Scoper == nil {
 		s, sh, err := m.hostScope(req, now) // lookup(requestHost(req))
 		if err != nil {
@@ -220,11 +230,13 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		if p == nil {
 			p = sh.freshPermit()
 		}
-		p.m, p.noAdjust, p.one[0] = m, na, held{s: s, cost: 1}
+		// p is zero: only what is not zero is written (a held is 64 bytes).
+		p.m, p.noAdjust = m, na
+		p.one[0].s, p.one[0].cost = s, 1
+		p.hs, p.n = &p.one[0], 1 // setScopes(p.one[:])
 		if m.obs.request {
 			p.req = req
 		}
-		p.scopes = p.one[:1]
 		return p, nil
 	}
 	p := into
@@ -259,15 +271,15 @@ func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *set
 	if m.obs.request {
 		p.req = req
 	}
-	if len(g.scopes) == 1 {
-		p.scopes = p.one[:1]
-	} else {
-		p.scopes = make([]held, len(g.scopes))
+	hs := p.one[:]
+	if len(g.scopes) > 1 {
+		hs = make([]held, len(g.scopes))
 	}
 	e := &g.entries[0]
 	for i, s := range g.scopes {
-		p.scopes[i] = held{s: s, cost: e.costOf(i)}
+		hs[i] = held{s: s, cost: e.costOf(i)}
 	}
+	p.setScopes(hs)
 }
 
 func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error) {
@@ -278,8 +290,8 @@ func (m *ThrottlingManager) callScoper(req *http.Request) (s []Scope, err error)
 	return s, nil
 }
 
-// resolve checks scopes and fills p.scopes, sorted by key (the lock order)
-// with duplicates merged.
+// resolve checks scopes and sets p's (setScopes), sorted by key (the
+// lock order) with duplicates merged.
 func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) error {
 	switch {
 	case len(scopes) == 0:
@@ -295,25 +307,24 @@ func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) er
 			return fmt.Errorf("%w: %q costs %d", ErrNegativeCost, sc.Key, sc.Cost)
 		}
 	}
-	if len(scopes) == 1 {
-		p.scopes = p.one[:1]
-	} else {
-		p.scopes = make([]held, 0, len(scopes))
+	hs := p.one[:0]
+	if len(scopes) > 1 {
+		hs = make([]held, 0, len(scopes))
 	}
-	p.scopes = p.scopes[:0]
 	for _, sc := range scopes {
 		cost := max(sc.Cost, 1)
-		if i := slices.IndexFunc(p.scopes, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
-			p.scopes[i].cost += cost
+		if i := slices.IndexFunc(hs, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
+			hs[i].cost += cost
 			continue
 		}
 		s, err := m.lookup(sc.Key, now)
 		if err != nil {
 			return err
 		}
-		p.scopes = append(p.scopes, held{s: s, cost: cost})
+		hs = append(hs, held{s: s, cost: cost})
 	}
-	slices.SortFunc(p.scopes, func(a, b held) int {
+	p.setScopes(hs)
+	slices.SortFunc(hs, func(a, b held) int {
 		switch {
 		case a.s.key < b.s.key:
 			return -1
@@ -442,8 +453,9 @@ func (m *ThrottlingManager) blockedBy(w *waiter, hs []held, i int) {
 // fetch is counted apart: in a default scope it is no start for the delay
 // (defaultScope.startRobots).
 func (m *ThrottlingManager) start(p *Permit, now time.Time) {
-	for i := range p.scopes {
-		h := &p.scopes[i]
+	hs := p.scopes()
+	for i := range hs {
+		h := &hs[i]
 		h.s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch) // in place: see defaultScope.start
 		h.s.lastUsed = now.UnixNano()
 		h.s.started(p.robotsFetch)
@@ -454,31 +466,31 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 // tryFast admits p at now if no one waits ahead of it and every scope and
 // the global cap admit it.
 func (m *ThrottlingManager) tryFast(p *Permit, now time.Time) (bool, Admission, int) {
-	if len(p.scopes) == 1 {
+	if p.n == 1 {
 		return m.tryFastOne(p, now)
 	}
-	if err := m.relock(p.scopes, now); err != nil {
+	if err := m.relock(p.scopes(), now); err != nil {
 		return false, Admission{}, -1
 	}
-	adm, who := m.evaluate(p.scopes, nil, now, time.Time{})
+	adm, who := m.evaluate(p.scopes(), nil, now, time.Time{})
 	if adm.Reason == ReasonNone {
 		if m.global.tryFast() {
 			m.start(p, now)
-			unlockAll(p.scopes)
+			unlockAll(p.scopes())
 			m.raiseAfterStart(p)
 			return true, adm, -1
 		}
 		adm = Admission{Reason: ReasonGlobal}
 	}
-	unlockAll(p.scopes)
-	m.raise(p.scopes)
+	unlockAll(p.scopes())
+	m.raise(p.scopes())
 	return false, adm, who
 }
 
 // tryFastOne is tryFast for a permit of one scope (most requests): the
 // same steps as relock, evaluate and start, without their loops.
 func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admission, int) {
-	h := &p.scopes[0]
+	h := &p.one[0] // a permit of one scope holds it in one
 	s := h.s
 	s.mu.Lock()
 	for s.dead {
@@ -495,7 +507,7 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	if mustWait(s, nil) {
 		adm, who = Admission{Reason: ReasonQueue}, 0
 		s.mu.Unlock()
-		m.raise(p.scopes)
+		m.raise(p.scopes())
 		return false, adm, who
 	}
 	// The policy's admission also tells the time its start takes, which
@@ -529,14 +541,14 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 		adm = Admission{Reason: ReasonGlobal}
 	}
 	s.mu.Unlock()
-	m.raise(p.scopes)
+	m.raise(p.scopes())
 	return false, adm, who
 }
 
 // wait queues the caller in each scope of p and waits for its turn
 // (localTurn).
 func (m *ThrottlingManager) wait(ctx context.Context, p *Permit, notBefore time.Time) (*Permit, error) {
-	hs := p.scopes
+	hs := p.scopes()
 	t := &localTurn{m: m, ctx: ctx, p: p, w: newWaiter(len(hs)), notBefore: notBefore}
 	if err := m.countWaiting(); err != nil {
 		return nil, err
@@ -576,7 +588,7 @@ type localTurn struct {
 }
 
 func (t *localTurn) ask() (bool, time.Time, error) {
-	m, hs, w := t.m, t.p.scopes, t.w
+	m, hs, w := t.m, t.p.scopes(), t.w
 	if !t.locked {
 		lockAll(hs)
 		t.now = m.clock.Now() // with the scopes locked, as in wait
@@ -624,12 +636,12 @@ func (t *localTurn) wake() <-chan struct{} { return t.w.wake }
 
 func (t *localTurn) woke() {
 	if len(t.m.obs.beforeAdmit) > 0 {
-		t.m.beforeAdmitWaiting(t.w, t.p.scopes)
+		t.m.beforeAdmitWaiting(t.w, t.p.scopes())
 	}
 }
 
 func (t *localTurn) cancelled(err error) error {
-	hs := t.p.scopes
+	hs := t.p.scopes()
 	lockAll(hs)
 	t.m.global.leave(t.w)
 	t.m.dequeue(t.w, hs)

@@ -156,7 +156,7 @@ func takePanic(hs []held) *ScopeManagerPanic {
 // the caller will never see it. raiseAfterStart (admit.go) calls it when
 // some scope has a custom ScopeManager.
 func (m *ThrottlingManager) raiseAfterStartSlow(p *Permit) {
-	if pv := takePanic(p.scopes); pv != nil {
+	if pv := takePanic(p.scopes()); pv != nil {
 		p.ReleaseFeedback(Feedback{NoAdjust: true, Err: pv})
 		panic(pv)
 	}

@@ -173,17 +173,15 @@ func isBackoffError(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-type noAdjustKey struct{}
-
 // WithoutAdjust returns a context whose requests' feedback changes nothing
 // learned (AutoThrottle, backoff, rampup): Feedback.NoAdjust is set for them.
 func WithoutAdjust(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noAdjustKey{}, true)
+	return withValues(ctx, func(v *ctxValues) { v.noAdjust = true })
 }
 
 func noAdjust(ctx context.Context) bool {
-	v, _ := ctx.Value(noAdjustKey{}).(bool)
-	return v
+	v := valuesOf(ctx)
+	return v != nil && v.noAdjust
 }
 
 // answer is one response as a scope's policies learn from it: the

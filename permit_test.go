@@ -7,6 +7,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -113,8 +114,15 @@ func TestFreshPermitsAreDistinct(t *testing.T) {
 	for _, ps := range got {
 		for _, p := range ps {
 			require.False(t, seen[p], "a Permit handed out twice")
-			require.True(t, p.m == nil && p.scopes == nil && !p.released.Load(), "a Permit not zero")
+			require.True(t, p.m == nil && p.scopes() == nil && !p.released.Load(), "a Permit not zero")
 			seen[p] = true
 		}
 	}
+}
+
+// TestPermitSize: a Permit is 128 bytes, so a slab (permitSlab) holds
+// permitsPerSlab of them in its size class.
+func TestPermitSize(t *testing.T) {
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(Permit{}))
+	assert.LessOrEqual(t, unsafe.Sizeof(permitSlab{}), uintptr(2304))
 }

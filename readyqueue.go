@@ -194,13 +194,13 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 		unusedPermits.Put(p)
 		return ErrQueueClosed
 	}
-	g := q.groupOf(p.scopes)
+	g := q.groupOf(p.scopes())
 	if len(g.keys) == 1 {
-		e.cost = p.scopes[0].cost
+		e.cost = p.scopes()[0].cost
 	} else {
-		e.costs = make([]int64, len(p.scopes))
-		for i := range p.scopes {
-			e.costs[i] = p.scopes[i].cost
+		e.costs = make([]int64, len(p.scopes()))
+		for i := range p.scopes() {
+			e.costs[i] = p.scopes()[i].cost
 		}
 	}
 	*p = Permit{} // never handed out: back to TryAcquire's pool
@@ -471,8 +471,8 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 // releasedPermit is the queue's subscription to the manager's releases
 // (observers.go): p's slots are free.
 func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
-	for i := range p.scopes {
-		q.released(p.scopes[i].s.key)
+	for i := range p.scopes() {
+		q.released(p.scopes()[i].s.key)
 	}
 }
 

@@ -125,7 +125,7 @@ func TestScopeKeyIsACopy(t *testing.T) {
 	p, err := m.Acquire(context.Background(), req)
 	require.NoError(t, err)
 	defer p.Release(ok200, nil)
-	key := p.scopes[0].s.key
+	key := p.scopes()[0].s.key
 	assert.Equal(t, "example.com", key)
 	assert.NotSame(t, unsafe.StringData(req.URL.Host), unsafe.StringData(key))
 }

@@ -209,7 +209,7 @@ func (c *robotsCache) start(ctx context.Context, req *http.Request, key origin, 
 	// gets the Scoper's scopes, not those attached with WithScopes (a
 	// robots.txt must not spend an API's credits), and it outlives the
 	// caller.
-	fctx := context.WithValue(context.WithValue(context.WithoutCancel(ctx), robotsFetchKey{}, true), scopesKey{}, noScopes{})
+	fctx := withValues(context.WithValue(context.WithoutCancel(ctx), robotsFetchKey{}, true), func(v *ctxValues) { v.scopes, v.hasScopes = nil, false })
 	run := &robotsRun{}
 	if !waiting {
 		run.state.Store(runLeft)

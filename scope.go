@@ -552,12 +552,19 @@ func (s *defaultScope) jitterFactor() float64 {
 // manager's robots.txt fetch (finishRobots). It returns whether fb was a
 // backoff signal for the scope; it changes no Feedback.
 func (s *defaultScope) end(now time.Time, t *Ticket, fb Feedback, robots bool) (signal bool, changed *Feedback) {
+	return s.endIn(now, t, &fb, robots), nil
+}
+
+// endIn is end with the Feedback by pointer, which it does not change or
+// keep: the release calls it directly for a default scope (see
+// localEngine.release).
+func (s *defaultScope) endIn(now time.Time, t *Ticket, fb *Feedback, robots bool) (signal bool) {
 	if robots {
-		s.finishRobotsIn(now, t, &fb)
+		s.finishRobotsIn(now, t, fb)
 	} else {
-		s.finish(now, t, &fb)
+		s.finish(now, t, fb)
 	}
-	return s.lastSignal, nil
+	return s.lastSignal
 }
 
 // Finish implements ScopeManager.

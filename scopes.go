@@ -116,10 +116,36 @@ func normalizeHost(hostport string) (string, error) {
 	return h, nil
 }
 
-type scopesKey struct{}
+// ctxKey is the key of the manager's values in a context, a *ctxValues:
+// the scopes (WithScopes, WithScopeKeys) and WithoutAdjust's mark, under
+// one key, so that newPermit looks a context up once, not once for each.
+type ctxKey struct{}
 
-// noScopes, stored under scopesKey, hides the scopes of a parent context.
-type noScopes struct{}
+// ctxValues is what a context holds for the manager. Each function that
+// attaches a part copies the rest from the parent's (withValues), so a
+// context has all that its ancestors attached, the innermost of each part.
+type ctxValues struct {
+	scopes    []Scope
+	hasScopes bool // scopes replace the Scoper's; false hides a parent's (robotsFetch.start)
+	noAdjust  bool // WithoutAdjust
+}
+
+// valuesOf returns the manager's values in ctx; nil: none.
+func valuesOf(ctx context.Context) *ctxValues {
+	v, _ := ctx.Value(ctxKey{}).(*ctxValues)
+	return v
+}
+
+// withValues returns a context derived from ctx whose values are ctx's
+// as set changes them.
+func withValues(ctx context.Context, set func(v *ctxValues)) context.Context {
+	var v ctxValues
+	if pv := valuesOf(ctx); pv != nil {
+		v = *pv
+	}
+	set(&v)
+	return context.WithValue(ctx, ctxKey{}, &v)
+}
 
 // WithScopeKeys returns a context whose requests are throttled by exactly
 // the given scope keys (cost 1 each) instead of what the Scoper says:
@@ -131,7 +157,7 @@ func WithScopeKeys(ctx context.Context, keys ...string) context.Context {
 	for i, k := range keys {
 		s[i] = Scope{Key: k}
 	}
-	return context.WithValue(ctx, scopesKey{}, s)
+	return withValues(ctx, func(v *ctxValues) { v.scopes, v.hasScopes = s, true })
 }
 
 // WithScopes returns a context whose requests are throttled by exactly the
@@ -140,7 +166,8 @@ func WithScopeKeys(ctx context.Context, keys ...string) context.Context {
 // context. Names that end in Keys take keys, those that end in Scopes take
 // Scopes: WithScopeKeys(ctx, "api") is WithScopes(ctx, Scope{Key: "api"}).
 func WithScopes(ctx context.Context, scopes ...Scope) context.Context {
-	return context.WithValue(ctx, scopesKey{}, append([]Scope(nil), scopes...))
+	s := append([]Scope(nil), scopes...)
+	return withValues(ctx, func(v *ctxValues) { v.scopes, v.hasScopes = s, true })
 }
 
 // ScopesFromContext returns the scopes attached by WithScopes or
@@ -149,6 +176,8 @@ func ScopesFromContext(ctx context.Context) ([]Scope, bool) {
 	if ctx == nil {
 		return nil, false
 	}
-	s, ok := ctx.Value(scopesKey{}).([]Scope)
-	return s, ok
+	if v := valuesOf(ctx); v != nil && v.hasScopes {
+		return v.scopes, true
+	}
+	return nil, false
 }

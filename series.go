@@ -159,8 +159,8 @@ func (m *ThrottlingManager) recordSeries(p *Permit, fb Feedback, _ hookEvents) {
 	t := &m.series
 	t.mu.Lock()
 	t.advance(seriesStep(n))
-	for i := range p.scopes {
-		t.count(p.scopes[i].s, &fb)
+	for i := range p.scopes() {
+		t.count(p.scopes()[i].s, &fb)
 	}
 	t.mu.Unlock()
 }

@@ -171,18 +171,18 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	sh := m.shared
 	local := m.clock.Now()
 	now := sh.storeTime(local)
-	req.Scopes = make([]store.Scope, len(p.scopes))
-	if err := m.relock(p.scopes, local); err != nil {
+	req.Scopes = make([]store.Scope, len(p.scopes()))
+	if err := m.relock(p.scopes(), local); err != nil {
 		return store.Answer{}, ReasonNone, err
 	}
-	for i := range p.scopes {
-		h := &p.scopes[i]
+	for i := range p.scopes() {
+		h := &p.scopes()[i]
 		sc := &req.Scopes[i]
 		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.pol.version()
 		h.s.pol.sharedLimits(now, sc)
 		h.s.lastUsed = local.UnixNano()
 	}
-	unlockAll(p.scopes)
+	unlockAll(p.scopes())
 
 	ans, err := sh.store.Admit(ctx, req)
 	if err != nil {
@@ -208,9 +208,9 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	m.storeAnswered()
 	local = m.clock.Now()
 	sh.offset.Store(int64(ans.Now.Sub(local)))
-	lockAll(p.scopes)
-	for i := range p.scopes {
-		h := &p.scopes[i]
+	lockAll(p.scopes())
+	for i := range p.scopes() {
+		h := &p.scopes()[i]
 		if i < len(ans.Learned) {
 			if l := ans.Learned[i]; l.Data != nil && l.Version > h.s.pol.version() {
 				if err := h.s.pol.sharedImport(l.Data); err != nil {
@@ -226,10 +226,10 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 		}
 	}
 	why := ans.Reason // (store.Reason is Reason)
-	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes) {
-		why = p.scopes[ans.Scope].s.pol.sharedWhy(why)
+	if !ans.Admitted && ans.Scope >= 0 && ans.Scope < len(p.scopes()) {
+		why = p.scopes()[ans.Scope].s.pol.sharedWhy(why)
 	}
-	unlockAll(p.scopes)
+	unlockAll(p.scopes())
 	if ans.Admitted {
 		e := p.extension()
 		e.lease, e.shared, e.local = req.Lease, true, local
@@ -258,7 +258,7 @@ func (e storeEngine) acquire(ctx context.Context, p *Permit, now, notBefore time
 			m.leaveShared(p, t.req.Lease)
 		}
 		if t.watching {
-			m.shared.unwatch(t.sw, p.scopes)
+			m.shared.unwatch(t.sw, p.scopes())
 		}
 		if t.counted {
 			m.waiting.Add(-1)
@@ -322,7 +322,7 @@ func (t *storeTurn) ask() (bool, time.Time, error) {
 	if !t.watching {
 		// Before asking: a release between a refusal and the
 		// registration would be missed.
-		m.shared.watch(t.sw, p.scopes)
+		m.shared.watch(t.sw, p.scopes())
 		t.watching = true
 	}
 	ans, why, err := m.admitShared(t.ctx, p, &t.req)
@@ -349,10 +349,10 @@ func (t *storeTurn) ask() (bool, time.Time, error) {
 		// at any moment, so, as without a store, it is no reason to
 		// give up before the deadline.
 		if dl, ok := t.ctx.Deadline(); ok && why != ReasonConcurrency && why != ReasonQueue && dl.Before(local.Add(d)) {
-			return false, time.Time{}, &WaitError{Scope: scopeKey(p.scopes, ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
+			return false, time.Time{}, &WaitError{Scope: scopeKey(p.scopes(), ans.Scope), Reason: why, ReadyAt: local.Add(d), Err: context.DeadlineExceeded}
 		}
 	}
-	if err := m.refusing(p.scopes, local, Admission{At: local.Add(d), Reason: why}); err != nil {
+	if err := m.refusing(p.scopes(), local, Admission{At: local.Add(d), Reason: why}); err != nil {
 		return false, time.Time{}, err
 	}
 	if !t.counted {
@@ -392,7 +392,7 @@ func (t *storeTurn) cancelled(err error) error {
 		t.m.global.leave(t.gw)
 		return &WaitError{Reason: ReasonGlobal, Err: err}
 	}
-	return &WaitError{Scope: scopeKey(t.p.scopes, t.scope), Reason: t.why, Err: err}
+	return &WaitError{Scope: scopeKey(t.p.scopes(), t.scope), Reason: t.why, Err: err}
 }
 
 // isStoreFailure reports whether err is the store's failure (failing
@@ -408,9 +408,9 @@ func isStoreFailure(err error) bool {
 // turn would hold the waiters behind it until it ends (store.TurnGrace
 // after the time its last refusal named).
 func (m *ThrottlingManager) leaveShared(p *Permit, lease string) {
-	rel := store.Release{Lease: lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
-	for i := range p.scopes {
-		rel.Scopes[i] = store.ReleaseScope{Key: p.scopes[i].s.key, QuotaFloor: -1}
+	rel := store.Release{Lease: lease, Scopes: make([]store.ReleaseScope, len(p.scopes()))}
+	for i := range p.scopes() {
+		rel.Scopes[i] = store.ReleaseScope{Key: p.scopes()[i].s.key, QuotaFloor: -1}
 	}
 	if _, err := m.shared.store.Release(context.Background(), &rel); err != nil {
 		m.log.Debug("throttle: giving a waiter's turn back to the store failed; it ends on its own", "err", err)
@@ -446,11 +446,11 @@ const maxLearnRetries = 3
 func (e storeEngine) release(p *Permit, local time.Time, fb *Feedback) {
 	m := e.m
 	now := p.acquired.Add(local.Sub(p.ext.local))
-	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes))}
+	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes()))}
 	watch := watchesPolicy(&m.cfg.Hooks)
 	var ev hookEvents
-	for i := range p.scopes {
-		h := &p.scopes[i]
+	for i := range p.scopes() {
+		h := &p.scopes()[i]
 		rs := &rel.Scopes[i]
 		h.s.mu.Lock()
 		rs.Key, rs.Version = h.s.key, h.s.pol.version()
@@ -486,7 +486,7 @@ func (e storeEngine) release(p *Permit, local time.Time, fb *Feedback) {
 		// Merge: learn again from fb on the store's state, send that.
 		retry := store.Release{Scopes: make([]store.ReleaseScope, 0, len(ans.Conflicts))}
 		for _, c := range ans.Conflicts {
-			h := &p.scopes[c.Scope]
+			h := &p.scopes()[c.Scope]
 			rs := store.ReleaseScope{Key: h.s.key, QuotaFloor: -1}
 			h.s.mu.Lock()
 			sp := h.s.pol
@@ -512,7 +512,7 @@ func (m *ThrottlingManager) settleVersions(p *Permit, rel *store.Release, confli
 		if !rs.Learned || containsScope(conflicts, i) {
 			continue
 		}
-		h := &p.scopes[i]
+		h := &p.scopes()[i]
 		h.s.mu.Lock()
 		if sp := h.s.pol; sp.version() == rs.Version {
 			sp.setVersion(rs.Version + 1)
@@ -533,10 +533,12 @@ func containsScope(cs []store.Conflict, i int) bool {
 // permitFor returns a permit view holding only the conflicting scopes, in
 // the order of the retry's Scopes.
 func permitFor(p *Permit, cs []store.Conflict) *Permit {
-	q := &Permit{m: p.m, acquired: p.acquired, ext: p.ext, scopes: make([]held, len(cs))}
+	q := &Permit{m: p.m, acquired: p.acquired, ext: p.ext}
+	hs := make([]held, len(cs))
 	for i, c := range cs {
-		q.scopes[i] = p.scopes[c.Scope]
+		hs[i] = p.scopes()[c.Scope]
 	}
+	q.setScopes(hs)
 	return q
 }
 
