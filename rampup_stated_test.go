@@ -1,0 +1,135 @@
+package throttle
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// statedWindow states a quota per window of its count, as a server
+// sending X-RateLimit-Limit, -Remaining and -Reset does: windows of
+// period, each ending reset after its start (the period itself for a
+// fixed window; HAProxy's counter, stated by the end of its second
+// period, names twice that), the count left as left makes it of the
+// requests counted. It accepts everything: the tests read how the scope
+// paces against the statement, not the refusals.
+type statedWindow struct {
+	start         time.Time
+	period, reset time.Duration
+	quota         int
+	left          func(used int) int // the count it names as left, of the requests in the window so far
+	n             int                // the window of used
+	used          int
+}
+
+// answer is the answer to a request started at now.
+func (w *statedWindow) answer(now time.Time) Feedback {
+	n := int(now.Sub(w.start) / w.period)
+	if n != w.n {
+		w.n, w.used = n, 0
+	}
+	w.used++
+	wait := w.start.Add(time.Duration(n)*w.period + w.reset).Sub(now)
+	secs := max(1, math.Ceil(wait.Seconds())) // as ratelimit reads a reset: whole seconds
+	return Feedback{Status: 200, StatedRate: float64(w.quota) / secs, HasWait: true, Wait: wait,
+		Remaining: int64(w.left(w.used)), HasRemaining: true}
+}
+
+// serve answers requests paced at the scope's rate for d, each 10 ms
+// after its start; after each answer, each(now) runs.
+func (p *policyRig) serve(w *statedWindow, d time.Duration, each func()) {
+	end := p.now.Add(d)
+	for p.now.Before(end) {
+		start := later(p.next, p.now.Add(-10*ms))
+		p.paced(1, 10*ms, w.answer(start))
+		if each != nil {
+			each()
+		}
+	}
+}
+
+// TestRampupWindowClimbHolds (rule 7): a scope settled 2 % under a
+// window's stated limit tries more after 30 s, and each climb from 2 %
+// under that limit up holds two of the server's windows (the longest wait
+// for its reset it named) before it proves anything: a sliding count
+// shows a rise within two windows, not within a round.
+func TestRampupWindowClimbHolds(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
+		left: func(used int) int { return max(0, 40-used) }}
+	p.serve(w, 5*time.Second, nil)
+	r := p.s.rampup
+	require.True(t, r.soft)
+	require.InDelta(t, 0.98*r.hint, p.rate(), 1e-9, "settled 2 % under the window's 40 in 10 s (11, as its reset rounds up)")
+	var holds []time.Duration // from a climb's start to the rise of G it proved
+	var climb time.Time
+	g := r.good
+	p.serve(w, 2*time.Minute, func() {
+		if r.good > g {
+			holds = append(holds, p.now.Sub(climb))
+			climb = time.Time{}
+		}
+		if climb.IsZero() && p.rate() > r.good {
+			climb = p.now
+		}
+		g = r.good
+	})
+	require.NotEmpty(t, holds, "the window's limit is tried")
+	assert.Greater(t, r.good, r.hint, "a server that accepts more is climbed past its statement")
+	for i, d := range holds {
+		assert.GreaterOrEqual(t, d, 2*w.period-time.Second, "climb %d: held two windows", i)
+	}
+	assert.LessOrEqual(t, len(holds), 5, "90 s of climbs held 20 s each")
+}
+
+// TestRampupWindowLeftBoundsB (rule 7): a window's statement whose count
+// left stayed over 10 % of the quota while the scope paced at its limit
+// understates the rate: HAProxy's 18 per 10 s, stated by the end of its
+// counter's two periods (18 in 20 s, 0.9 req/s), leaves 9 at 0.88 req/s.
+// When the statement has held, the climb is bounded by G times the quota
+// over what G used of it (1.76 req/s), not by the statement.
+func TestRampupWindowLeftBoundsB(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 20 * time.Second, quota: 18,
+		left: func(int) int { return 9 }}
+	r := p.s.rampup
+	p.serve(w, 25*time.Second, nil)
+	require.True(t, r.soft, "settled under the window's limit")
+	require.InDelta(t, 0.98*18/21, r.good, 1e-9, "2 % under 18 in 20 s (21, as its reset rounds up)")
+	g := r.good
+	p.serve(w, 20*time.Second, func() {
+		if !r.soft && r.bRule5 {
+			g = r.good
+		}
+	})
+	require.False(t, r.soft, "the statement held and was tried")
+	assert.InDelta(t, 2*g, r.bad, 1e-9, "B: G x 18/(18-9)")
+	assert.True(t, r.bRule5, "an estimate no refusal confirmed: passed once near")
+
+	// A server whose count left fell to nothing stated its window: no bound.
+	q := newPolicy(t, rampConfig())
+	wq := &statedWindow{start: q.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
+		left: func(used int) int { return max(0, 40-used) }}
+	q.serve(wq, 25*time.Second, nil)
+	q.serve(wq, 10*time.Second, nil)
+	assert.False(t, q.s.rampup.bRule5, "the count left fell under 10 %%: the statement stands")
+}
+
+// TestRampupLowerWindowAfterClimb (rule 7): once G is proven above a
+// window's limit the scope settled at, a lower statement of it (a reset
+// rounded up a second more) settles nothing again.
+func TestRampupLowerWindowAfterClimb(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
+		left: func(used int) int { return max(0, 40-used) }}
+	p.serve(w, 5*time.Second, nil)
+	r := p.s.rampup
+	require.True(t, r.windows)
+	r.good, r.rate, r.bad, r.soft, r.stated = 6, 6, 0, false, 0 // proven past the 4 req/s stated
+	w.quota, w.left = 35, func(int) int { return 20 }           // 3.5 req/s, never spent
+	p.serve(w, 12*time.Second, nil)                             // into the next window
+	assert.GreaterOrEqual(t, r.good, 6.0, "not settled again under the lower statement (35 in 10 s)")
+}
