@@ -61,6 +61,8 @@ type learnedRampup struct {
 	Good     float64       `json:"g,omitempty"`
 	Bad      float64       `json:"bad,omitempty"`
 	PrevG    float64       `json:"pg,omitempty"`
+	PrevGAt  int64         `json:"qa,omitempty"`
+	PrevGOK  int           `json:"qk,omitempty"`
 	Best     float64       `json:"be,omitempty"`
 	Held     float64       `json:"hf,omitempty"`
 	GAt      int64         `json:"ga,omitempty"`
@@ -159,7 +161,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, Best: r.best, Held: r.held, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, LatMin: r.latMin, LatMinAt: unixNano(r.latMinAt), Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Reprove: r.reprove, Under: unixNano(r.under), Counts: r.counts, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, HintMem: r.hintMem, HintLeft: r.hintLeft, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Lost: r.lost, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), CycLo: r.cycLo, CycHi: r.cycHi, BRule5: r.bRule5, CutAt: unixNano(r.cutAt), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, PrevGAt: unixNano(r.prevGAt), PrevGOK: r.prevGOK, Best: r.best, Held: r.held, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, LatMin: r.latMin, LatMinAt: unixNano(r.latMinAt), Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Reprove: r.reprove, Under: unixNano(r.under), Counts: r.counts, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, HintMem: r.hintMem, HintLeft: r.hintLeft, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Lost: r.lost, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), CycLo: r.cycLo, CycHi: r.cycHi, BRule5: r.bRule5, CutAt: unixNano(r.cutAt), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
 	}
 	return st
 }
@@ -227,7 +229,7 @@ func (st *learnedState) times() []*int64 {
 	}
 	if r := st.Ramp; r != nil {
 		ts = append(ts, &r.Changed, &r.Cut, &r.CutAt, &r.Rise, &r.GAt, &r.First, &r.AccAt, &r.ProbeAt, &r.PausedAt, &r.Resumed,
-			&r.DrainAt, &r.RFirst, &r.RLast, &r.LastNo, &r.HintAt, &r.HintSeen, &r.RunAt, &r.Under, &r.LatMinAt)
+			&r.DrainAt, &r.RFirst, &r.RLast, &r.LastNo, &r.HintAt, &r.HintSeen, &r.RunAt, &r.Under, &r.LatMinAt, &r.PrevGAt)
 	}
 	return ts
 }
@@ -255,7 +257,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		// A latency above MaxDelay, the longest wait any policy sets,
 		// would cap the rate below one start per MaxDelay for as many
 		// responses as its average takes to come down.
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, best: r.Best, held: r.Held, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), latMin: min(r.LatMin, s.cfg.Backoff.MaxDelay), latMinAt: fromUnixNano(r.LatMinAt), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, reprove: r.Reprove, under: fromUnixNano(r.Under), counts: r.Counts, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, hintMem: r.HintMem, hintLeft: r.HintLeft, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, lost: r.Lost, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), cycLo: r.CycLo, cycHi: r.CycHi, bRule5: r.BRule5, cutAt: fromUnixNano(r.CutAt), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, prevGAt: fromUnixNano(r.PrevGAt), prevGOK: r.PrevGOK, best: r.Best, held: r.Held, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), latMin: min(r.LatMin, s.cfg.Backoff.MaxDelay), latMinAt: fromUnixNano(r.LatMinAt), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, reprove: r.Reprove, under: fromUnixNano(r.Under), counts: r.Counts, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, hintMem: r.HintMem, hintLeft: r.HintLeft, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, lost: r.Lost, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), cycLo: r.CycLo, cycHi: r.CycHi, bRule5: r.BRule5, cutAt: fromUnixNano(r.CutAt), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
 		rr.bound()
 		s.rampup = rr
 	}

@@ -924,3 +924,34 @@ func TestRampupProbeCostsAtMostItsGain(t *testing.T) {
 		})
 	}
 }
+
+// TestRampupFreshGFallsToTheGBefore (rule 3): a G a climb raised, refused
+// before it held 5 s (after a later climb's refusal took the climb's
+// mark), falls no lower than the G before it; refused there too, it falls
+// by what the server delivered since that G was set, not by half.
+func TestRampupFreshGFallsToTheGBefore(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	start := p.now
+	p.now = p.now.Add(time.Minute)
+	r.rate, r.good, r.prevG = 0.7, 0.7, 0.6   // G rose from 0.6 a second ago
+	r.prevGAt, r.prevGOK = start, 36          // 0.6 held a minute
+	r.gAt, r.gOK = p.now.Add(-time.Second), 0 // a drain took the second
+	r.first, r.changed, r.cut, r.accAt = start, p.now, start, start
+	p.s.refresh()
+	p.answer(p.now, tooMany)
+	require.Equal(t, 0.6, r.good, "back to the G before, not to what no success in a second makes")
+	// Refused for 4 s more, then accepted for 4 s, then refused again:
+	// the G before was over the limit too.
+	end := p.now.Add(4 * time.Second)
+	for p.now.Before(end) {
+		p.paced(1, 10*ms, tooMany)
+	}
+	end = p.now.Add(4 * time.Second)
+	for p.now.Before(end) {
+		p.paced(1, 10*ms, ok)
+	}
+	p.paced(1, 10*ms, tooMany)
+	assert.Greater(t, r.good, 0.5, "it fell by what the server delivered over the minute, not by half")
+	assert.Less(t, r.good, 0.6)
+}
