@@ -20,8 +20,8 @@ package throttle
 //     once a drain saw later requests refused (a counter of refusals)
 //     after as long under G as it was over (1 s at most, BBR's drain).
 //     At or below G: G and R fall to what the server delivered since G
-//     was set (2 % at least; under 5 s, half and the G a climb raised it
-//     from at most), B is the rate refused; a G a climb raised, refused
+//     was set (2 % at least; under 5 s, half and a held G it rose from
+//     at most), B is the rate refused; a G a climb raised, refused
 //     later than its proof, goes back to the G before; rules 5 and 7's
 //     G, or one cut under 5 s ago, stays. Refused first: R halves, goes on.
 //  4. Drain. Until the next success, each round of refusals halves R,
@@ -802,18 +802,18 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		// The server refuses a rate it accepted: its limit is lower, at
 		// what it delivered since G was set (over a few seconds, round
 		// trips and successes; over less, it falls by half at most, and
-		// no lower than the G a climb raised it from, which held: the
-		// climb's proof let an excess through that the server counted
-		// later, as the case above. A later climb's refusal took that
-		// case's mark. HAProxy's 18 per 3 s refused a climb to 6.45 req/s
+		// no lower than the G a climb raised it from if that one held so
+		// long: the climb's proof let an excess through that the server
+		// counted later, as the case above, whose mark a later climb's
+		// refusal took. HAProxy's 18 per 3 s refused a climb to 6.45 req/s
 		// from G = 6.10, proven a second before, then G: cut to what 4
 		// successes in a second made of it, 3.43, with a memory of 16 s
-		// for the climbs back; on four grids 12 shapes leave the share's
-		// misses, one joins them, the lowest share 77.3 -> 79.5 %.)
+		// for the climbs back; on four grids 9 shapes leave the share's
+		// misses, none joins them, the lowest share 77.3 -> 79.3 %.)
 		floor, fromPrev := from/2, false
 		if r.trusted(now) {
 			floor = 0
-		} else if r.prevG > floor && r.prevG < r.good {
+		} else if r.prevG > floor && r.prevG < r.good && r.prevGOK >= rampupTrustOK && r.rise.Sub(r.prevGAt) >= rampupTrust {
 			floor, fromPrev = r.prevG, true
 		}
 		r.bad = from

@@ -927,8 +927,9 @@ func TestRampupProbeCostsAtMostItsGain(t *testing.T) {
 
 // TestRampupFreshGFallsToTheGBefore (rule 3): a G a climb raised, refused
 // before it held 5 s (after a later climb's refusal took the climb's
-// mark), falls no lower than the G before it; refused there too, it falls
-// by what the server delivered since that G was set, not by half.
+// mark), falls no lower than the G before it if that one held 5 s; refused
+// there too, it falls by what the server delivered since that G was set,
+// not by half.
 func TestRampupFreshGFallsToTheGBefore(t *testing.T) {
 	p := newPolicy(t, rampConfig())
 	r := p.s.rampup
@@ -937,6 +938,7 @@ func TestRampupFreshGFallsToTheGBefore(t *testing.T) {
 	r.rate, r.good, r.prevG = 0.7, 0.7, 0.6   // G rose from 0.6 a second ago
 	r.prevGAt, r.prevGOK = start, 36          // 0.6 held a minute
 	r.gAt, r.gOK = p.now.Add(-time.Second), 0 // a drain took the second
+	r.rise = r.gAt.Add(-5 * time.Second)      // the climb from 0.6 began 6 s ago
 	r.first, r.changed, r.cut, r.accAt = start, p.now, start, start
 	p.s.refresh()
 	p.answer(p.now, tooMany)
@@ -954,4 +956,16 @@ func TestRampupFreshGFallsToTheGBefore(t *testing.T) {
 	p.paced(1, 10*ms, tooMany)
 	assert.Greater(t, r.good, 0.5, "it fell by what the server delivered over the minute, not by half")
 	assert.Less(t, r.good, 0.6)
+
+	// A G before that held under 5 s (the slow start's) is no floor: at
+	// most half, as any G refused that soon.
+	q := newPolicy(t, rampConfig())
+	r = q.s.rampup
+	r.rate, r.good, r.prevG = 12, 12, 10
+	r.prevGAt, r.prevGOK = q.now.Add(-2*time.Second), 20
+	r.gAt, r.rise = q.now.Add(-time.Second), q.now.Add(-1500*time.Millisecond)
+	r.first, r.changed, r.cut, r.accAt = r.prevGAt, q.now, r.prevGAt, r.prevGAt
+	q.s.refresh()
+	q.answer(q.now, tooMany)
+	assert.Equal(t, 6.0, r.good, "half")
 }
