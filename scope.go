@@ -211,6 +211,7 @@ type defaultScope struct {
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
 	oldWindow := s.cfg.Window
 	s.cfg = cfg
+	s.lim.SlotDelay = cfg.SlotDelay
 	s.auto.configure(&s.cfg)
 	s.backoff.configure(&s.cfg, oldWindow)
 	switch {
@@ -273,7 +274,7 @@ func (s *defaultScope) setRobotsDelay(d time.Duration) {
 // answer to the configured pace.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	now, raised := s.adm.LatestRaised(now) // as in Admit
-	t.Slot, t.WindowIndex = s.adm.StartUncountedLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.StartUncountedLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
@@ -442,7 +443,7 @@ func (s *defaultScope) admitLatest(now time.Time, cost int64) (a Admission, late
 	if !s.backoff.quiet(now, &s.cfg) {     // tick, inlined; backoff's: no change to s.adm
 		s.tickWindow(now)
 	}
-	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	same = !raised && s.cfg.Quota <= 0
 	if why == admission.None {
 		return Admission{}, now, same
@@ -490,7 +491,7 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 // startLatest is start at now, a time LatestRaised returned with raised
 // (or admitLatest, with same: not raised), the state unchanged since.
 func (s *defaultScope) startLatest(t *Ticket, now time.Time, raised bool, cost int64) {
-	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.robotsStart = false // this start is the previous one now
 	if s.plainGap {
