@@ -60,6 +60,20 @@ func (a *State) Check(now time.Time, l *Limits, quota int64, window time.Duratio
 // CheckLatest is Check at now, a time that LatestRaised returned with
 // raised, the state unchanged since.
 func (a *State) CheckLatest(now time.Time, raised bool, l *Limits, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
+	if !raised && l.SlotDelay <= 0 && quota <= 0 && a.Gate.IsZero() && (!a.Started || l.Gap <= 0) {
+		// Only the concurrency can hold the start back: what check
+		// comes to without a rebase, a gap, a slot delay, a gate or a
+		// quota, without its calls (and the spills around them).
+		if a.InFlight >= l.Conc {
+			return time.Time{}, Concurrency
+		}
+		return now, None
+	}
+	return a.check(now, raised, l, quota, window, cost)
+}
+
+// check is CheckLatest's general path.
+func (a *State) check(now time.Time, raised bool, l *Limits, quota int64, window time.Duration, cost int64) (time.Time, Reason) {
 	if raised {
 		a.rebase(now)
 	}
