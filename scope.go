@@ -581,7 +581,13 @@ func (s *defaultScope) finish(now time.Time, t *Ticket, fb *Feedback) {
 		delta, floor := quotaCorrection(s.key, s.cfg.Quota, t, fb)
 		s.adm.Quota.Correct(now, s.cfg.Window, t.WindowIndex, delta, floor)
 	}
-	s.learnFrom(now, t, fb)
+	// learnFrom, its two paths chosen here: most answers take the
+	// plain one, without learnAnswer's frame.
+	if s.plainSuccess(fb) {
+		s.learnPlain(fb)
+		return
+	}
+	s.learnAnswer(now, t, fb)
 }
 
 // quotaCorrection sums the quota corrections fb makes to the scope key
@@ -618,17 +624,26 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 // learnFrom is learn with the Ticket by pointer; it changes neither.
 func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate time.Time, gated bool) {
 	if s.plainSuccess(fb) {
-		// What the general path below does with such an answer, without
-		// building it: it is no signal and gates nothing, the quota
-		// learns nothing from it, and backoff only counts it.
-		s.lastSignal = false
-		if fb.NoAdjust {
-			return gate, gated
-		}
-		s.backoff.winOK++
-		s.rejitter()
+		s.learnPlain(fb)
 		return gate, gated
 	}
+	return s.learnAnswer(now, t, fb)
+}
+
+// learnPlain is what learnAnswer does with an answer plainSuccess
+// accepts, without building it: it is no signal and gates nothing, the
+// quota learns nothing from it, and backoff only counts it.
+func (s *defaultScope) learnPlain(fb *Feedback) {
+	s.lastSignal = false
+	if fb.NoAdjust {
+		return
+	}
+	s.backoff.winOK++
+	s.rejitter()
+}
+
+// learnAnswer is learnFrom's general path.
+func (s *defaultScope) learnAnswer(now time.Time, t *Ticket, fb *Feedback) (gate time.Time, gated bool) {
 	a := s.answerFor(now, t, fb, s.lastSignal)
 	s.lastSignal = a.signal
 	if a.gated {
@@ -676,8 +691,8 @@ func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate t
 	return gate, gated
 }
 
-// plainSuccess reports whether fb is an answer that learnFrom's general
-// path would only count: no transport error, no backoff signal (by flag
+// plainSuccess reports whether fb is an answer that learnAnswer would
+// only count: no transport error, no backoff signal (by flag
 // or by status), no server-given wait, quota or rate in its headers, to a
 // scope with rampup and AutoThrottle off, no quota test pending or fixed
 // quota learned, and backoff neither probing an outage nor on an isolated
