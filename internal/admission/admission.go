@@ -14,13 +14,16 @@ import "time"
 // policies make of them is theirs), so the same state serves a scope whose
 // limits change between calls. The zero value is an empty scope. It is
 // not safe for concurrent use: its callers lock it.
+//
+// What every admission reads comes first, in 57 bytes: one cache line
+// where the State starts on one.
 type State struct {
-	slots     []slot    // only with SlotDelay; grows to the peak in use
 	LastStart time.Time // the previous start
 	Gate      time.Time // no start before this (a server-given wait)
-	Quota     Window
 	InFlight  int32
 	Started   bool // a request has started (shares InFlight's word)
+	Quota     Window
+	slots     []slot // only with SlotDelay; grows to the peak in use
 }
 
 // slot is one of a scope's Concurrency places, tracked for SlotDelay.
