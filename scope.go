@@ -168,21 +168,27 @@ func NewDefaultScopeManager(p ScopeParams) ScopeManager {
 }
 
 // defaultScope is the default ScopeManager.
+//
+// Its fields are ordered for a scope not in cache (a crawl over many
+// hosts). It is allocated in the 704-byte size class, whose objects start
+// on a cache line, after the allocator's 8-byte header (a size over 512
+// bytes, with pointers). What an admission and a release read when no
+// episode runs then lies in six lines: two of cfg (Quota to
+// Backoff.Enabled; Rampup.Enabled), lim to plainGap, adm's first,
+// backoff's first, and rampup with quota's first. Keep them so
+// (TestScopeLayout).
 type defaultScope struct {
-	key       string
-	cfg       ScopeConfig
-	rng       *rand.Rand
-	log       *slog.Logger
-	globalCap int
-
-	adm    admission.State
-	jitter float64 // factor drawn at the previous start
+	key string
+	rng *rand.Rand
+	cfg ScopeConfig
 
 	// effective values, recomputed by refresh when a part changes: the
-	// delay, and the limits admission reads (the concurrency, the gap
-	// after the previous start, the rule that set the delay)
-	effDelay time.Duration
+	// limits admission reads (the concurrency, the gap after the
+	// previous start, the rule that set the delay, the slot delay), and
+	// the delay
 	lim      admission.Limits
+	effDelay time.Duration
+	jitter   float64 // factor drawn at the previous start
 	// lastSignal says the last response learned from was a backoff
 	// signal; backoffJitter that the previous start drew its jitter from
 	// Backoff.Jitter (see gap).
@@ -198,19 +204,24 @@ type defaultScope struct {
 	// startLatest reads it.
 	plainGap bool
 
+	adm admission.State
+
 	// learned state, one part a file
+	backoff     backoff
+	rampup      *rampup // nil while rampup is off: most scopes never use it
+	quota       spentQuota
 	robotsDelay time.Duration // robots.txt delay (0: none)
 	auto        autoThrottle
-	backoff     backoff
-	quota       spentQuota
-	rampup      *rampup // nil while rampup is off: most scopes never use it
 
-	shared *sharedRecord // with a Store: the learned state it holds; nil without
+	log       *slog.Logger
+	globalCap int
+	shared    *sharedRecord // with a Store: the learned state it holds; nil without
 }
 
 func (s *defaultScope) setConfig(cfg ScopeConfig) {
 	oldWindow := s.cfg.Window
 	s.cfg = cfg
+	s.lim.SlotDelay = cfg.SlotDelay
 	s.auto.configure(&s.cfg)
 	s.backoff.configure(&s.cfg, oldWindow)
 	switch {
@@ -273,7 +284,7 @@ func (s *defaultScope) setRobotsDelay(d time.Duration) {
 // answer to the configured pace.
 func (s *defaultScope) startRobots(t *Ticket, now time.Time, cost int64) {
 	now, raised := s.adm.LatestRaised(now) // as in Admit
-	t.Slot, t.WindowIndex = s.adm.StartUncountedLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.StartUncountedLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.adm.Started, s.adm.LastStart = true, now
 	s.jitter, s.backoffJitter, s.robotsStart = 0, false, true
@@ -442,7 +453,7 @@ func (s *defaultScope) admitLatest(now time.Time, cost int64) (a Admission, late
 	if !s.backoff.quiet(now, &s.cfg) {     // tick, inlined; backoff's: no change to s.adm
 		s.tickWindow(now)
 	}
-	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	at, why := s.adm.CheckLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	same = !raised && s.cfg.Quota <= 0
 	if why == admission.None {
 		return Admission{}, now, same
@@ -490,7 +501,7 @@ func (s *defaultScope) start(t *Ticket, now time.Time, cost int64) {
 // startLatest is start at now, a time LatestRaised returned with raised
 // (or admitLatest, with same: not raised), the state unchanged since.
 func (s *defaultScope) startLatest(t *Ticket, now time.Time, raised bool, cost int64) {
-	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, s.lim.Conc, s.cfg.SlotDelay, s.cfg.Quota, s.cfg.Window, cost)
+	t.Slot, t.WindowIndex = s.adm.StartLatest(now, raised, &s.lim, s.cfg.Quota, s.cfg.Window, cost)
 	t.Cost, t.Start = cost, now
 	s.robotsStart = false // this start is the previous one now
 	if s.plainGap {
@@ -580,7 +591,13 @@ func (s *defaultScope) finish(now time.Time, t *Ticket, fb *Feedback) {
 		delta, floor := quotaCorrection(s.key, s.cfg.Quota, t, fb)
 		s.adm.Quota.Correct(now, s.cfg.Window, t.WindowIndex, delta, floor)
 	}
-	s.learnFrom(now, t, fb)
+	// learnFrom, its two paths chosen here: most answers take the
+	// plain one, without learnAnswer's frame.
+	if s.plainSuccess(fb) {
+		s.learnPlain(fb)
+		return
+	}
+	s.learnAnswer(now, t, fb)
 }
 
 // quotaCorrection sums the quota corrections fb makes to the scope key
@@ -617,17 +634,26 @@ func (s *defaultScope) learn(now time.Time, t Ticket, fb *Feedback) (gate time.T
 // learnFrom is learn with the Ticket by pointer; it changes neither.
 func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate time.Time, gated bool) {
 	if s.plainSuccess(fb) {
-		// What the general path below does with such an answer, without
-		// building it: it is no signal and gates nothing, the quota
-		// learns nothing from it, and backoff only counts it.
-		s.lastSignal = false
-		if fb.NoAdjust {
-			return gate, gated
-		}
-		s.backoff.winOK++
-		s.rejitter()
+		s.learnPlain(fb)
 		return gate, gated
 	}
+	return s.learnAnswer(now, t, fb)
+}
+
+// learnPlain is what learnAnswer does with an answer plainSuccess
+// accepts, without building it: it is no signal and gates nothing, the
+// quota learns nothing from it, and backoff only counts it.
+func (s *defaultScope) learnPlain(fb *Feedback) {
+	s.lastSignal = false
+	if fb.NoAdjust {
+		return
+	}
+	s.backoff.winOK++
+	s.rejitter()
+}
+
+// learnAnswer is learnFrom's general path.
+func (s *defaultScope) learnAnswer(now time.Time, t *Ticket, fb *Feedback) (gate time.Time, gated bool) {
 	a := s.answerFor(now, t, fb, s.lastSignal)
 	s.lastSignal = a.signal
 	if a.gated {
@@ -675,8 +701,8 @@ func (s *defaultScope) learnFrom(now time.Time, t *Ticket, fb *Feedback) (gate t
 	return gate, gated
 }
 
-// plainSuccess reports whether fb is an answer that learnFrom's general
-// path would only count: no transport error, no backoff signal (by flag
+// plainSuccess reports whether fb is an answer that learnAnswer would
+// only count: no transport error, no backoff signal (by flag
 // or by status), no server-given wait, quota or rate in its headers, to a
 // scope with rampup and AutoThrottle off, no quota test pending or fixed
 // quota learned, and backoff neither probing an outage nor on an isolated

@@ -207,11 +207,17 @@ func (g *globalGate) leave(w *waiter) {
 }
 
 // release gives a permit back and wakes the first caller waiting for one.
+// Small enough to inline: no call while no caller waits.
 func (g *globalGate) release() {
 	g.n.Add(-1)
 	if g.pending.Load() > 0 {
-		g.mu.Lock()
-		g.q.wakeHead()
-		g.mu.Unlock()
+		g.wakeFirst()
 	}
+}
+
+// wakeFirst is release's wake-up, when callers wait.
+func (g *globalGate) wakeFirst() {
+	g.mu.Lock()
+	g.q.wakeHead()
+	g.mu.Unlock()
 }

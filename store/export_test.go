@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/crawlerkit/throttle/internal/admission"
+)
 
 // Plant puts a stranger's state into key's scope, for storetest's foreign
 // cases (storetest.Foreign, field by field: no import of storetest,
@@ -26,7 +30,7 @@ func (ms *Memory) Plant(key string, lease, last, gate, quotaStart time.Time, quo
 	}
 	st.adm.Gate = gate
 	if !quotaStart.IsZero() {
-		st.adm.StartUncounted(quotaStart, 1, 0, 1, time.Minute, quotaUsed)
+		st.adm.StartUncounted(quotaStart, &admission.Limits{Conc: 1}, 1, time.Minute, quotaUsed)
 		st.adm.Finish(-1)
 	}
 	if delay != 0 || conc != 0 {

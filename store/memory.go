@@ -222,7 +222,7 @@ func (st *memScope) effective(sc *Scope) (int, time.Duration) {
 func (st *memScope) limits(sc *Scope) admission.Limits {
 	conc, delay := st.effective(sc)
 	gap := min(admission.ScaleDuration(delay, st.jitter), sc.WaitBound())
-	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: gap, GapWhy: admission.Delay}
+	return admission.Limits{Conc: int32(min(conc, math.MaxInt32)), Gap: gap, SlotDelay: sc.SlotDelay, GapWhy: admission.Delay}
 }
 
 // admit is one scope's check (admission.State.Check), after the state is
@@ -231,11 +231,11 @@ func (st *memScope) limits(sc *Scope) admission.Limits {
 func (st *memScope) admit(now time.Time, sc *Scope, lease string) (time.Time, Reason) {
 	st.bound(now, sc)
 	l := st.limits(sc)
-	at, why := st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	at, why := st.adm.Check(now, &l, sc.Quota, sc.Window, sc.Cost)
 	if why == admission.Quota && at.After(now.Add(sc.Window)) {
 		// A window that ends later than one from now began after now.
 		st.adm.Quota = admission.Window{}
-		at, why = st.adm.Check(now, &l, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+		at, why = st.adm.Check(now, &l, sc.Quota, sc.Window, sc.Cost)
 	}
 	if why == admission.None && st.turn.live(now) && st.turn.lease != lease {
 		return st.turn.until, ReasonQueue
@@ -293,7 +293,7 @@ func minTime(a, b time.Time) time.Time {
 func (st *memScope) start(now time.Time, lease string, sc *Scope) Ticket {
 	l := st.limits(sc)
 	var t Ticket
-	t.Slot, t.WindowIndex = st.adm.Start(now, l.Conc, sc.SlotDelay, sc.Quota, sc.Window, sc.Cost)
+	t.Slot, t.WindowIndex = st.adm.Start(now, &l, sc.Quota, sc.Window, sc.Cost)
 	st.leases[lease] = memLease{slot: t.Slot}
 	st.jitter = sc.Jitter
 	return t

@@ -25,33 +25,33 @@ func TestClockBackNeverLengthensAWait(t *testing.T) {
 			name string
 			// run starts a request at t0 (cost 1), then checks another
 			// at t0-back; want is how long it waits at most, why the rule.
-			setup func(a *State, l *Limits) (slotDelay time.Duration, quota int64)
+			setup func(a *State, l *Limits) (quota int64)
 			want  time.Duration
 			why   Reason
 		}{
-			{"gap", func(a *State, l *Limits) (time.Duration, int64) { l.Gap = gap; return 0, 0 }, gap, Delay},
-			{"slot delay", func(a *State, l *Limits) (time.Duration, int64) { l.Conc = 1; return slotDelay, 0 }, slotDelay, SlotDelay},
-			{"quota window", func(a *State, l *Limits) (time.Duration, int64) { return 0, 1 }, window, Quota},
-			{"gate", func(a *State, l *Limits) (time.Duration, int64) {
+			{"gap", func(a *State, l *Limits) int64 { l.Gap = gap; return 0 }, gap, Delay},
+			{"slot delay", func(a *State, l *Limits) int64 { l.Conc, l.SlotDelay = 1, slotDelay; return 0 }, slotDelay, SlotDelay},
+			{"quota window", func(a *State, l *Limits) int64 { return 1 }, window, Quota},
+			{"gate", func(a *State, l *Limits) int64 {
 				a.SetGate(t0.Add(time.Second + gateWait)) // a response 1 s after the start
-				return 0, 0
+				return 0
 			}, time.Second + gateWait, Gate},
 		} {
 			a := &State{}
 			l := Limits{Conc: 2, GapWhy: Delay}
-			sd, quota := tc.setup(a, &l)
-			a.Start(t0, l.Conc, sd, quota, window, 1)
+			quota := tc.setup(a, &l)
+			a.Start(t0, &l, quota, window, 1)
 			a.Finish(0)
 			now := t0.Add(-back)
-			at, why := a.Check(now, &l, sd, quota, window, 1)
+			at, why := a.Check(now, &l, quota, window, 1)
 			if why != tc.why || at.Sub(now) > tc.want {
 				t.Errorf("%s, clock back %v: waits %v (%v), want at most %v (%v)", tc.name, back, at.Sub(now), why, tc.want, tc.why)
 			}
 			// And the next start is the last one: the clock goes on
 			// from now, with nothing left of the jump.
-			a.Start(at, l.Conc, sd, quota, window, 1)
+			a.Start(at, &l, quota, window, 1)
 			a.Finish(0)
-			if next, _ := a.Check(at, &l, sd, quota, window, 1); next.Sub(at) > max(tc.want, window) {
+			if next, _ := a.Check(at, &l, quota, window, 1); next.Sub(at) > max(tc.want, window) {
 				t.Errorf("%s, clock back %v: then waits %v", tc.name, back, next.Sub(at))
 			}
 		}
@@ -62,14 +62,16 @@ func TestClockBackNeverLengthensAWait(t *testing.T) {
 // waits, the same as before the clamp.
 func TestClockForwardUnchanged(t *testing.T) {
 	a := &State{}
-	l := Limits{Conc: 2, Gap: 2 * time.Second, GapWhy: Delay}
-	a.Start(t0, l.Conc, time.Second, 0, 0, 1)
+	l := Limits{Conc: 2, Gap: 2 * time.Second, SlotDelay: time.Second, GapWhy: Delay}
+	a.Start(t0, &l, 0, 0, 1)
 	a.SetGate(t0.Add(5 * time.Second))
-	if at, why := a.Check(t0.Add(time.Second), &l, 3*time.Second, 0, 0, 1); why != Gate || !at.Equal(t0.Add(5*time.Second)) {
+	l.SlotDelay = 3 * time.Second
+	if at, why := a.Check(t0.Add(time.Second), &l, 0, 0, 1); why != Gate || !at.Equal(t0.Add(5*time.Second)) {
 		t.Fatalf("got %v %v, want the gate at t0+5s", at.Sub(t0), why)
 	}
 	a.Gate = time.Time{}
-	if at, why := a.Check(t0.Add(time.Second), &l, 0, 0, 0, 1); why != Delay || !at.Equal(t0.Add(2*time.Second)) {
+	l.SlotDelay = 0
+	if at, why := a.Check(t0.Add(time.Second), &l, 0, 0, 1); why != Delay || !at.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("got %v %v, want the gap at t0+2s", at.Sub(t0), why)
 	}
 }
@@ -81,8 +83,8 @@ func BenchmarkCheck(b *testing.B) {
 	l := Limits{Conc: 1, Gap: time.Second, GapWhy: Delay}
 	now := t0
 	for b.Loop() {
-		if _, why := a.Check(now, &l, 0, 0, 0, 1); why == None {
-			a.Start(now, l.Conc, 0, 0, 0, 1)
+		if _, why := a.Check(now, &l, 0, 0, 1); why == None {
+			a.Start(now, &l, 0, 0, 1)
 			a.Finish(-1)
 		}
 		now = now.Add(300 * time.Millisecond)
