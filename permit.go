@@ -266,24 +266,7 @@ func (e localEngine) release(p *Permit, now time.Time, fb *Feedback) {
 	for i := range hs {
 		h := &hs[i]
 		h.s.mu.Lock()
-		// finish's steps, written out: its call, with what stays live
-		// across it, cost about 20 instructions a release.
-		var signal bool
-		if d, ok := h.s.pol.(*defaultScope); ok {
-			signal = d.endIn(now, &h.ticket, fb, p.robotsFetch) // see finish
-		} else {
-			var changed *Feedback
-			signal, changed = h.s.pol.end(now, &h.ticket, *fb, p.robotsFetch)
-			if changed != nil {
-				fb = changed // later scopes see what a custom Finish changed
-			}
-		}
-		h.s.lastUsed, h.s.signal = now.UnixNano(), signal
-		h.s.counts.finished(now, fb, signal, p.robotsFetch)
-		if h.s.counts.requests == m.obs.settledAfter && !p.robotsFetch {
-			m.settled(h.s) // observers.go
-		}
-		wakeNeeding(h.s, h.s.queue.head)
+		fb, _ = e.finish(h, p, now, fb)
 		h.s.mu.Unlock()
 	}
 	m.global.release()

@@ -51,16 +51,23 @@ func (p *policyRig) serve(w *statedWindow, d time.Duration, each func()) {
 	}
 }
 
+// settledAtWindow is a scope crawling a fixed window of 40 per 10 s for
+// 5 s: settled 2 % under its stated limit.
+func settledAtWindow(t *testing.T) (*policyRig, *statedWindow) {
+	p := newPolicy(t, rampConfig())
+	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
+		left: func(used int) int { return max(0, 40-used) }}
+	p.serve(w, 5*time.Second, nil)
+	return p, w
+}
+
 // TestRampupWindowClimbHolds (rule 7): a scope settled 2 % under a
 // window's stated limit tries more after 30 s, and each climb from 2 %
 // under that limit up holds two of the server's windows (the longest wait
 // for its reset it named) before it proves anything: a sliding count
 // shows a rise within two windows, not within a round.
 func TestRampupWindowClimbHolds(t *testing.T) {
-	p := newPolicy(t, rampConfig())
-	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
-		left: func(used int) int { return max(0, 40-used) }}
-	p.serve(w, 5*time.Second, nil)
+	p, w := settledAtWindow(t)
 	r := p.s.rampup
 	require.True(t, r.soft)
 	require.InDelta(t, 0.98*r.hint, p.rate(), 1e-9, "settled 2 % under the window's 40 in 10 s (11, as its reset rounds up)")
@@ -122,10 +129,7 @@ func TestRampupWindowLeftBoundsB(t *testing.T) {
 // window's limit the scope settled at, a lower statement of it (a reset
 // rounded up a second more) settles nothing again.
 func TestRampupLowerWindowAfterClimb(t *testing.T) {
-	p := newPolicy(t, rampConfig())
-	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 10 * time.Second, quota: 40,
-		left: func(used int) int { return max(0, 40-used) }}
-	p.serve(w, 5*time.Second, nil)
+	p, w := settledAtWindow(t)
 	r := p.s.rampup
 	require.True(t, r.windows)
 	r.good, r.rate, r.bad, r.soft, r.stated = 6, 6, 0, false, 0 // proven past the 4 req/s stated
