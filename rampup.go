@@ -460,8 +460,12 @@ func (r *rampup) settleAt(now time.Time, cfg *ScopeConfig, gc int, s float64) {
 // trusted reports whether G has held long enough (a few seconds, round
 // trips and successes) for what the server delivered since to measure
 // it.
-func (r *rampup) trusted(now time.Time) bool {
-	return r.gOK >= rampupTrustOK && now.Sub(r.gAt) >= max(rampupTrust, 4*r.lat)
+func (r *rampup) trusted(now time.Time) bool { return r.heldLong(r.gAt, r.gOK, now) }
+
+// heldLong reports whether a G set at at, with ok successes by until, held
+// long enough to be trusted (trusted).
+func (r *rampup) heldLong(at time.Time, ok int, until time.Time) bool {
+	return ok >= rampupTrustOK && until.Sub(at) >= max(rampupTrust, 4*r.lat)
 }
 
 // setGood sets G at now.
@@ -813,7 +817,7 @@ func (r *rampup) refusal(now time.Time, cfg *ScopeConfig, gc int) {
 		floor, fromPrev := from/2, false
 		if r.trusted(now) {
 			floor = 0
-		} else if r.prevG > floor && r.prevG < r.good && r.prevGOK >= rampupTrustOK && r.rise.Sub(r.prevGAt) >= rampupTrust {
+		} else if r.prevG > floor && r.prevG < r.good && r.heldLong(r.prevGAt, r.prevGOK, r.rise) {
 			floor, fromPrev = r.prevG, true
 		}
 		r.bad = from
