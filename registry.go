@@ -170,11 +170,18 @@ func (m *ThrottlingManager) shardIndex(h uint64) uint64 {
 // a key evicted with a wait pending is held until that wait ends
 // (restore).
 func (m *ThrottlingManager) lookup(key string, now time.Time) (*scope, error) {
+	s, _, err := m.lookupShard(key, now)
+	return s, err
+}
+
+// lookupShard is lookup, which also returns the scope's shard.
+func (m *ThrottlingManager) lookupShard(key string, now time.Time) (*scope, *shard, error) {
 	sh, h := m.hashShard(key)
 	if s := sh.find(key); s != nil {
-		return s, nil
+		return s, sh, nil
 	}
-	return m.create(sh, h, key, now)
+	s, err := m.create(sh, h, key, now)
+	return s, sh, err
 }
 
 // hostScope is lookup(requestHost(req)), which also returns the scope's
@@ -198,12 +205,7 @@ func (m *ThrottlingManager) hostScope(req *http.Request, now time.Time) (*scope,
 	if err != nil {
 		return nil, nil, err
 	}
-	sh, h := m.hashShard(key)
-	if s := sh.find(key); s != nil {
-		return s, sh, nil
-	}
-	s, err := m.create(sh, h, key, now)
-	return s, sh, err
+	return m.lookupShard(key, now)
 }
 
 // find returns the scope of key in sh, nil when there is none. The scope
