@@ -230,9 +230,9 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		if p == nil {
 			p = sh.freshPermit()
 		}
-		// p is zero: only what is not zero is written (a held is 64 bytes).
+		// p is zero: only what is not zero is written (a held is 56 bytes).
 		p.m, p.noAdjust = m, na
-		p.one[0].s, p.one[0].cost = s, 1
+		p.one[0].s, p.one[0].ticket.Cost = s, 1
 		p.hs, p.n = &p.one[0], 1 // setScopes(p.one[:])
 		if m.obs.request {
 			p.req = req
@@ -277,7 +277,7 @@ func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *set
 	}
 	e := &g.entries[0]
 	for i, s := range g.scopes {
-		hs[i] = held{s: s, cost: e.costOf(i)}
+		hs[i] = held{s: s, ticket: Ticket{Cost: e.costOf(i)}}
 	}
 	p.setScopes(hs)
 }
@@ -314,14 +314,14 @@ func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) er
 	for _, sc := range scopes {
 		cost := max(sc.Cost, 1)
 		if i := slices.IndexFunc(hs, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
-			hs[i].cost += cost
+			hs[i].ticket.Cost += cost
 			continue
 		}
 		s, err := m.lookup(sc.Key, now)
 		if err != nil {
 			return err
 		}
-		hs = append(hs, held{s: s, cost: cost})
+		hs = append(hs, held{s: s, ticket: Ticket{Cost: cost}})
 	}
 	p.setScopes(hs)
 	slices.SortFunc(hs, func(a, b held) int {
@@ -387,7 +387,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	}
 	blocked := false
 	for i := range hs {
-		a := hs[i].s.pol.admit(now, hs[i].cost)
+		a := hs[i].s.pol.admit(now, hs[i].ticket.Cost)
 		switch {
 		case a.Reason == ReasonNone:
 		case a.At.IsZero():
@@ -456,11 +456,11 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	hs := p.scopes()
 	for i := range hs {
 		h := &hs[i]
-		h.s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch) // in place: see defaultScope.start
+		h.s.pol.begin(&h.ticket, now, h.ticket.Cost, p.robotsFetch) // in place: see defaultScope.start
 		h.s.lastUsed = now.UnixNano()
 		h.s.started(p.robotsFetch)
 	}
-	p.acquired = now
+	p.setAcquired(now)
 }
 
 // tryFast admits p at now if no one waits ahead of it and every scope and
@@ -512,7 +512,7 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	}
 	// The policy's admission also tells the time its start takes, which
 	// the start then need not work out again.
-	a, latest, same := s.pol.admitLatest(now, h.cost)
+	a, latest, same := s.pol.admitLatest(now, h.ticket.Cost)
 	if a.Reason != ReasonNone {
 		who = 0
 		switch {
@@ -527,13 +527,13 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	} else {
 		if m.global.tryFast() {
 			if same && !p.robotsFetch {
-				s.pol.startLatest(&h.ticket, latest, false, h.cost)
+				s.pol.startLatest(&h.ticket, latest, false, h.ticket.Cost)
 			} else {
-				s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
+				s.pol.begin(&h.ticket, now, h.ticket.Cost, p.robotsFetch)
 			}
 			s.lastUsed = now.UnixNano()
 			s.started(p.robotsFetch)
-			p.acquired = now
+			p.setAcquired(now)
 			s.mu.Unlock()
 			m.raiseAfterStart(p)
 			return true, adm, -1

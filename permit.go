@@ -25,10 +25,15 @@ type Permit struct {
 	m *ThrottlingManager
 	// The scopes held, sorted by key (the lock order): n of them from hs,
 	// which is &one[0] for a request of one scope (see scopes). A
-	// pointer and a count, not a slice, keep the Permit at 128 bytes.
-	hs          *held
+	// pointer and a count, not a slice, keep the Permit at 96 bytes.
+	hs *held
+	// one holds the scope of a request of one scope. Its Ticket's Start
+	// is the Permit's acquired time too, unless ext holds that (see
+	// acquired); a Permit of several scopes, whose scopes are in hs,
+	// keeps its acquired time in one[0].ticket.Start alone. A time.Time
+	// of its own made the Permit 24 bytes larger, and every Acquire
+	// allocates one.
 	one         [1]held
-	acquired    time.Time
 	released    atomic.Bool
 	noAdjust    bool
 	robotsFetch bool          // a robots.txt fetch of the manager's (robotsfetch.go)
@@ -36,11 +41,35 @@ type Permit struct {
 	req         *http.Request // the request, for the hooks (its URL and context); nil without them (observers.request)
 
 	// ext holds what only a Store or MaxHold needs, so a plain Permit
-	// stays small (permits are allocated 17 at once, see permitSlab).
+	// stays small (permits are allocated 21 at once, see permitSlab).
 	ext *permitExt
 }
 
-// permitExt is the part of a Permit only a Store or MaxHold uses.
+// acquired returns when p was granted (see Permit.one).
+func (p *Permit) acquired() time.Time {
+	if e := p.ext; e != nil && e.hasAcquired {
+		return e.acquired
+	}
+	return p.one[0].ticket.Start
+}
+
+// setAcquired records t, when p was granted, once its scopes' Tickets
+// are filled: a Permit of one scope whose Ticket starts at t exactly (the
+// same time.Time, monotonic reading and location included, as it does
+// unless the scope took t for a stale reading, or a custom policy set
+// its own Start) needs nothing more.
+func (p *Permit) setAcquired(t time.Time) {
+	switch {
+	case p.n != 1:
+		p.one[0].ticket.Start = t // one is not a scope's
+	case p.one[0].ticket.Start != t: // on purpose not Equal: the very same value, not the same instant
+		e := p.extension()
+		e.acquired, e.hasAcquired = t, true
+	}
+}
+
+// permitExt is the part of a Permit only a Store or MaxHold uses, or an
+// acquired time the Permit's Ticket does not hold.
 type permitExt struct {
 	// With a Store: the lease, and the local clock when acquired (the
 	// Permit's acquired time is then the store's).
@@ -52,6 +81,11 @@ type permitExt struct {
 	hprev, hnext *Permit
 	hlocal       int64 // Unix ns when listed
 	hlisted      bool
+
+	// acquired is the Permit's acquired time, if hasAcquired: one whose
+	// one scope's Ticket does not start then (see Permit.acquired).
+	hasAcquired bool
+	acquired    time.Time
 }
 
 // permitSlab is a run of Permits allocated at once, which freshPermit
@@ -69,8 +103,8 @@ type permitSlab struct {
 	ps   [permitsPerSlab]Permit
 }
 
-// permitsPerSlab makes a slab 2,184 bytes, in the 2,304-byte size class.
-const permitsPerSlab = 17
+// permitsPerSlab makes a slab 2,024 bytes, in the 2,048-byte size class.
+const permitsPerSlab = 21
 
 // freshPermit returns a zero Permit never handed out before, from sh's
 // slab: each shard has its own, so Acquires of scopes in different shards
@@ -134,15 +168,16 @@ func (p *Permit) setScopes(hs []held) {
 	p.hs, p.n = unsafe.SliceData(hs), uint8(len(hs)) // at most maxScopesPerRequest
 }
 
-// held is one scope a permit holds a slot in.
+// held is one scope a permit holds a slot in. Until the start fills the
+// ticket, ticket.Cost is the request's cost in the scope: the cost the
+// admission asks for, and the one the start is given.
 type held struct {
 	s      *scope
-	cost   int64
 	ticket Ticket
 }
 
 // Acquired returns when the permit was granted.
-func (p *Permit) Acquired() time.Time { return p.acquired }
+func (p *Permit) Acquired() time.Time { return p.acquired() }
 
 // Scopes returns the keys of the permit's scopes, sorted.
 func (p *Permit) Scopes() []string {
@@ -215,7 +250,7 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 		if e := p.ext; e != nil && e.shared {
 			fb.Latency = now.Sub(e.local)
 		} else {
-			fb.Latency = now.Sub(p.acquired)
+			fb.Latency = now.Sub(p.acquired())
 		}
 	}
 	if p.noAdjust {
@@ -238,7 +273,7 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // custom ScopeManager, which may keep a pointer, a heap copy, which later
 // scopes of p then get, so each sees what an earlier one changed.
 // Keeping the Feedback in the Permit instead would make the Permit
-// 248 bytes, not 128: that costs every Acquire more.
+// 216 bytes, not 96: that costs every Acquire more.
 //
 // The engine that admitted p takes it back (engine.go). Its release is
 // called on the engine's type, not through the interface: fb given to an

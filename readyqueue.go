@@ -196,11 +196,11 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	}
 	g := q.groupOf(p.scopes())
 	if len(g.keys) == 1 {
-		e.cost = p.scopes()[0].cost
+		e.cost = p.scopes()[0].ticket.Cost
 	} else {
 		e.costs = make([]int64, len(p.scopes()))
 		for i := range p.scopes() {
-			e.costs[i] = p.scopes()[i].cost
+			e.costs[i] = p.scopes()[i].ticket.Cost
 		}
 	}
 	*p = Permit{} // never handed out: back to TryAcquire's pool

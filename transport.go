@@ -97,8 +97,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			panic(r)
 		}
 	}()
-	start := p.acquired // the clock's reading at admission, taken just now
-	if t.m.obs.acquire || p.ext != nil {
+	start := p.acquired() // the clock's reading at admission, taken just now
+	if t.m.obs.acquire || p.ext != nil && p.ext.shared {
 		// Observers ran since (a hook may take its time), or the
 		// acquired time is a Store's: read the local clock.
 		start = clock.Now()
