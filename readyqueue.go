@@ -165,7 +165,7 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		robotsWait:  make(map[origin][]*setQueue),
 	}
 	// Before the queue's first attempt: see observers.go.
-	m.obs.subscribeReleased(rankQueues, q.releasedPermit)
+	m.obs.subscribeReleasedPermit(rankQueues, q.releasedPermit)
 	if m.cfg.Store != nil {
 		m.cfg.Store.Watch(q.released) // for the queue's lifetime, like the hook
 	}
@@ -470,7 +470,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 
 // releasedPermit is the queue's subscription to the manager's releases
 // (observers.go): p's slots are free.
-func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
+func (q *ReadyQueue) releasedPermit(p *Permit) {
 	for i := range p.scopes() {
 		q.released(p.scopes()[i].s.key)
 	}
