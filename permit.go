@@ -106,12 +106,17 @@ type permitSlab struct {
 // permitsPerSlab makes a slab 2,024 bytes, in the 2,048-byte size class.
 const permitsPerSlab = 21
 
-// freshPermit returns a zero Permit never handed out before, from sh's
-// slab: each shard has its own, so Acquires of scopes in different shards
-// neither count on one word nor write to neighbouring Permits.
-func (sh *shard) freshPermit() *Permit {
+// permitSlabs hands out fresh Permits from its slab, and makes the next
+// slab when that one is used up.
+type permitSlabs struct {
+	slab atomic.Pointer[permitSlab]
+}
+
+// fresh returns a zero Permit never handed out before. Safe for
+// concurrent use.
+func (ps *permitSlabs) fresh() *Permit {
 	for {
-		sl := sh.slab.Load()
+		sl := ps.slab.Load()
 		if sl != nil {
 			if i := sl.next.Add(1); i <= permitsPerSlab {
 				return &sl.ps[i-1]
@@ -119,11 +124,16 @@ func (sh *shard) freshPermit() *Permit {
 		}
 		ns := new(permitSlab)
 		ns.next.Store(1)
-		if sh.slab.CompareAndSwap(sl, ns) {
+		if ps.slab.CompareAndSwap(sl, ns) {
 			return &ns.ps[0]
 		}
 	}
 }
+
+// freshPermit returns a zero Permit never handed out before, from sh's
+// slab: each shard has its own, so Acquires of scopes in different shards
+// neither count on one word nor write to neighbouring Permits.
+func (sh *shard) freshPermit() *Permit { return sh.permits.fresh() }
 
 // url is the URL of p's request, for the hooks.
 func (p *Permit) url() *url.URL {

@@ -140,8 +140,10 @@ type ReadyQueue struct {
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
 	closed      bool
 	// spare is a zero Permit for the next attempt to fill: one an
-	// attempt was refused with, never handed out.
-	spare *Permit
+	// attempt was refused with, never handed out. permits makes them
+	// (a slab's allocation for many pops, as for Acquire's).
+	spare   *Permit
+	permits permitSlabs
 
 	// robots.txt (robotsTxt nil: handling off): see robotsHeld.
 	robotsTxt    *robotsCache
@@ -424,7 +426,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			}
 		}
 		if q.spare == nil {
-			q.spare = new(Permit)
+			q.spare = q.permits.fresh()
 		}
 		p, adm, err := q.m.tryAcquire(req, now, g, q.spare)
 		if p != nil {

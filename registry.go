@@ -40,9 +40,9 @@ type shard struct {
 	// cleared when the scope leaves m, with mu locked: it is always in m,
 	// or was until find read it (see find).
 	last atomic.Pointer[scope]
-	// slab holds the Permits freshPermit hands out next (permit.go).
-	slab atomic.Pointer[permitSlab]
-	_    [128 - 96]byte // one shard per pair of cache lines: no false sharing
+	// permits holds the Permits freshPermit hands out next (permit.go).
+	permits permitSlabs
+	_       [128 - 96]byte // one shard per pair of cache lines: no false sharing
 }
 
 // forget removes s from sh (locked, as s), keeping its counts.
