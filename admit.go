@@ -67,12 +67,15 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 	}
 	p.robotsFetch = robotsFetch
 	got, err := m.engineAt(now).acquire(ctx, p, now, notBefore)
-	if err != errUseLocal {
-		return got, err
+	if err == errUseLocal {
+		// The store failed, perhaps after a wait: local admission goes
+		// on from the time it failed, not from before the wait.
+		got, err = localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
 	}
-	// The store failed, perhaps after a wait: local admission goes on
-	// from the time it failed, not from before the wait.
-	return localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
+	if err == nil {
+		m.setRequest(got, req)
+	}
+	return got, err
 }
 
 // engineAt returns the engine that admits requests at local time now:
@@ -175,6 +178,7 @@ func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQ
 		m.unused(p, into)
 		return nil, adm, err
 	}
+	m.setRequest(p, req)
 	m.admitted(p, now)
 	return p, Admission{}, nil
 }
@@ -231,22 +235,16 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 			p = sh.freshPermit()
 		}
 		// p is zero: only what is not zero is written (a held is 56 bytes).
-		p.m, p.noAdjust = m, na
+		p.noAdjust = na
 		p.one[0].s, p.one[0].ticket.Cost = s, 1
 		p.hs, p.n = &p.one[0], 1 // setScopes(p.one[:])
-		if m.obs.request {
-			p.req = req
-		}
 		return p, nil
 	}
 	p := into
 	if p == nil {
 		p = new(Permit) // a Scoper's or the context's scopes: the shard is not known yet
 	}
-	p.m, p.noAdjust = m, na
-	if m.obs.request {
-		p.req = req
-	}
+	p.noAdjust = na
 	if !fromCtx {
 		var err error
 		if scopes, err = m.callScoper(req); err != nil {
@@ -267,10 +265,7 @@ func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *set
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	p.m, p.noAdjust = m, noAdjust(req.Context())
-	if m.obs.request {
-		p.req = req
-	}
+	p.noAdjust = noAdjust(req.Context())
 	hs := p.one[:]
 	if len(g.scopes) > 1 {
 		hs = make([]held, len(g.scopes))

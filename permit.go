@@ -22,10 +22,10 @@ import (
 // Acquire, TryAcquire and a ReadyQueue. Release and ReleaseFeedback on a
 // nil *Permit do nothing.
 type Permit struct {
-	m *ThrottlingManager
 	// The scopes held, sorted by key (the lock order): n of them from hs,
 	// which is &one[0] for a request of one scope (see scopes). A
-	// pointer and a count, not a slice, keep the Permit at 96 bytes.
+	// pointer and a count, not a slice, keep the Permit at 80 bytes. The
+	// manager is the scopes' (manager).
 	hs *held
 	// one holds the scope of a request of one scope. Its Ticket's Start
 	// is the Permit's acquired time too, unless ext holds that (see
@@ -36,13 +36,22 @@ type Permit struct {
 	one         [1]held
 	released    atomic.Bool
 	noAdjust    bool
-	robotsFetch bool          // a robots.txt fetch of the manager's (robotsfetch.go)
-	n           uint8         // len of the scopes, at most maxScopesPerRequest
-	req         *http.Request // the request, for the hooks (its URL and context); nil without them (observers.request)
+	robotsFetch bool  // a robots.txt fetch of the manager's (robotsfetch.go)
+	n           uint8 // len of the scopes, at most maxScopesPerRequest
 
-	// ext holds what only a Store or MaxHold needs, so a plain Permit
-	// stays small (permits are allocated 21 at once, see permitSlab).
+	// ext holds what only a Store, MaxHold or the hooks need, so a plain
+	// Permit stays small (permits are allocated 25 at once, see
+	// permitSlab).
 	ext *permitExt
+}
+
+// manager returns the manager that granted p: its scopes'. A zero Permit
+// has none (its use panics).
+func (p *Permit) manager() *ThrottlingManager {
+	if p.n == 1 {
+		return p.one[0].s.m
+	}
+	return p.hs.s.m // the first of several
 }
 
 // acquired returns when p was granted (see Permit.one).
@@ -86,6 +95,17 @@ type permitExt struct {
 	// one scope's Ticket does not start then (see Permit.acquired).
 	hasAcquired bool
 	acquired    time.Time
+
+	// req is the request, for the hooks (its URL and context); nil
+	// without them (observers.request). Set at admission (setRequest).
+	req *http.Request
+}
+
+// setRequest keeps req in p, admitted just now, if the hooks read it.
+func (m *ThrottlingManager) setRequest(p *Permit, req *http.Request) {
+	if m.obs.request {
+		p.extension().req = req
+	}
 }
 
 // permitSlab is a run of Permits allocated at once, which freshPermit
@@ -103,8 +123,8 @@ type permitSlab struct {
 	ps   [permitsPerSlab]Permit
 }
 
-// permitsPerSlab makes a slab 2,024 bytes, in the 2,048-byte size class.
-const permitsPerSlab = 21
+// permitsPerSlab makes a slab 2,008 bytes, in the 2,048-byte size class.
+const permitsPerSlab = 25
 
 // permitSlabs hands out fresh Permits from its slab, and makes the next
 // slab when that one is used up.
@@ -137,18 +157,18 @@ func (sh *shard) freshPermit() *Permit { return sh.permits.fresh() }
 
 // url is the URL of p's request, for the hooks.
 func (p *Permit) url() *url.URL {
-	if p.req == nil {
+	if p.ext == nil || p.ext.req == nil {
 		return nil
 	}
-	return p.req.URL
+	return p.ext.req.URL
 }
 
 // context is the context of p's request, for the hooks.
 func (p *Permit) context() context.Context {
-	if p.req == nil {
+	if p.ext == nil || p.ext.req == nil {
 		return context.Background()
 	}
-	return p.req.Context()
+	return p.ext.req.Context()
 }
 
 // extension returns p's permitExt, making it.
@@ -206,19 +226,20 @@ func (p *Permit) Release(resp *http.Response, err error) {
 	if p == nil || p.released.Load() {
 		return
 	}
-	now := p.m.clock.Now()
+	m := p.manager()
+	now := m.clock.Now()
 	// The Feedback is built in place and passed on by pointer. Returned and
 	// passed by value, its 120 bytes were copied twice, with wide loads of
 	// fields just written by narrow stores, which the CPU cannot forward:
 	// a stall at each copy.
 	var fb Feedback
-	if !p.m.customFeedback {
+	if !m.customFeedback {
 		defaultFeedback(&fb, now, resp, err)
-		p.done(now, &fb, true)
+		p.doneBy(m, now, &fb, true)
 		return
 	}
-	fb, pv := p.m.safeFeedback(now, resp, err)
-	p.done(now, &fb, true)
+	fb, pv := m.safeFeedback(now, resp, err)
+	p.doneBy(m, now, &fb, true)
 	if pv != nil {
 		panic(pv) // the slots are given back; the user's bug surfaces
 	}
@@ -242,7 +263,8 @@ func (p *Permit) ReleaseFeedback(fb Feedback) {
 	if p == nil || p.released.Load() {
 		return
 	}
-	p.done(p.m.clock.Now(), &fb, true)
+	m := p.manager()
+	p.doneBy(m, m.clock.Now(), &fb, true)
 }
 
 // doneAt is done with a copy of fb.
@@ -253,6 +275,11 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 // done releases the permit at now with *fb, which it may change;
 // fillLatency replaces a zero Latency with the time since Acquire returned.
 func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
+	p.doneBy(p.manager(), now, fb, fillLatency)
+}
+
+// doneBy is done for m, p's manager.
+func (p *Permit) doneBy(m *ThrottlingManager, now time.Time, fb *Feedback, fillLatency bool) {
 	if !p.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -266,7 +293,6 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	m := p.m
 	if e := p.ext; e != nil && e.shared {
 		m.release(p, now, fb)
 		return
@@ -283,7 +309,7 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // custom ScopeManager, which may keep a pointer, a heap copy, which later
 // scopes of p then get, so each sees what an earlier one changed.
 // Keeping the Feedback in the Permit instead would make the Permit
-// 216 bytes, not 96: that costs every Acquire more.
+// 200 bytes, not 80: that costs every Acquire more.
 //
 // The engine that admitted p takes it back (engine.go). Its release is
 // called on the engine's type, not through the interface: fb given to an

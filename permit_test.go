@@ -114,17 +114,19 @@ func TestFreshPermitsAreDistinct(t *testing.T) {
 	for _, ps := range got {
 		for _, p := range ps {
 			require.False(t, seen[p], "a Permit handed out twice")
-			require.True(t, p.m == nil && p.scopes() == nil && !p.released.Load(), "a Permit not zero")
+			require.True(t, p.ext == nil && p.scopes() == nil && !p.released.Load(), "a Permit not zero")
 			seen[p] = true
 		}
 	}
 }
 
-// TestPermitSize: a Permit is 96 bytes, so a slab (permitSlab) holds
-// permitsPerSlab of them in its size class.
+// TestPermitSize: a Permit is 80 bytes, so a slab (permitSlab) holds
+// permitsPerSlab of them in its size class; the scope that holds the
+// manager in its stead stays in its 144-byte class.
 func TestPermitSize(t *testing.T) {
-	assert.Equal(t, uintptr(96), unsafe.Sizeof(Permit{}))
+	assert.Equal(t, uintptr(80), unsafe.Sizeof(Permit{}))
 	assert.LessOrEqual(t, unsafe.Sizeof(permitSlab{}), uintptr(2048))
+	assert.LessOrEqual(t, unsafe.Sizeof(scope{}), uintptr(144))
 }
 
 // startlessScope is a ScopeManager whose Tickets have no Start.

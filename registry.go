@@ -62,6 +62,7 @@ func (sh *shard) forget(s *scope) {
 // scope is one scope's entry: its policy, its FIFO of waiters, its lock.
 type scope struct {
 	mu       sync.Mutex
+	m        *ThrottlingManager // the scope's: its permits' (Permit.manager)
 	key      string
 	pol      policy // the scope's rules, behind the coordinator's interface (policy.go)
 	queue    waitQueue
@@ -351,7 +352,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 		f = m.factory
 	}
 	pol, guarded := policyOf(f(p), key)
-	s := &scope{key: key, pol: pol, explicit: explicit, plain: scopekey.Plain(key), lastUsed: now.UnixNano()}
+	s := &scope{m: m, key: key, pol: pol, explicit: explicit, plain: scopekey.Plain(key), lastUsed: now.UnixNano()}
 	if guarded {
 		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}

@@ -534,7 +534,7 @@ func containsScope(cs []store.Conflict, i int) bool {
 // the order of the retry's Scopes, for the release's retries, which read
 // only its scopes (it has no acquired time).
 func permitFor(p *Permit, cs []store.Conflict) *Permit {
-	q := &Permit{m: p.m, ext: p.ext}
+	q := &Permit{ext: p.ext}
 	hs := make([]held, len(cs))
 	for i, c := range cs {
 		hs[i] = p.scopes()[c.Scope]

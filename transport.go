@@ -251,7 +251,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	switch {
 	case err == io.EOF:
-		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), b.fb, false)
 	case err != nil && !b.p.released.Load():
 		// The body broke off: a reset or a timeout is the server's doing.
 		fb := b.fb
@@ -259,7 +259,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 		if isBackoffError(err) {
 			fb.Backoff, fb.Timeout = true, true
 		}
-		b.p.doneAt(b.p.m.clock.Now(), fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), fb, false)
 	}
 	return n, err
 }
@@ -267,7 +267,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 func (b *releasingBody) Close() error {
 	err := b.rc.Close()
 	if !b.p.released.Load() {
-		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), b.fb, false)
 	}
 	return err
 }
