@@ -234,10 +234,12 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		if p == nil {
 			p = sh.freshPermit()
 		}
-		// p is zero: only what is not zero is written (a held is 56 bytes).
+		// p is zero: only what is not zero is written (a held is 56
+		// bytes), as setScopes would: p.hs stays nil. A pointer less to
+		// write is a write barrier less while the GC marks.
 		p.noAdjust = na
 		p.one[0].s, p.one[0].ticket.Cost = s, 1
-		p.hs, p.n = &p.one[0], 1 // setScopes(p.one[:])
+		p.n = 1
 		return p, nil
 	}
 	p := into

@@ -22,8 +22,8 @@ import (
 // Acquire, TryAcquire and a ReadyQueue. Release and ReleaseFeedback on a
 // nil *Permit do nothing.
 type Permit struct {
-	// The scopes held, sorted by key (the lock order): n of them from hs,
-	// which is &one[0] for a request of one scope (see scopes). A
+	// The scopes held, sorted by key (the lock order): n of them, in one
+	// for a request of one scope, else from hs, nil then (see scopes). A
 	// pointer and a count, not a slice, keep the Permit at 80 bytes. The
 	// manager is the scopes' (manager).
 	hs *held
@@ -192,8 +192,8 @@ func (p *Permit) scopes() []held {
 // a slice of their own, sorted by key (resolve sorts them after).
 func (p *Permit) setScopes(hs []held) {
 	if len(hs) == 1 {
-		p.one[0] = hs[0]
-		hs = p.one[:]
+		p.one[0], p.hs, p.n = hs[0], nil, 1
+		return
 	}
 	p.hs, p.n = unsafe.SliceData(hs), uint8(len(hs)) // at most maxScopesPerRequest
 }
