@@ -169,24 +169,35 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 // is the clock's reading (the ReadyQueue's attempt reads it once for all
 // its heads).
 func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQueue, into *Permit) (*Permit, Admission, error) {
-	ctx := context.Background()
-	if req != nil {
-		ctx = req.Context()
-	}
 	m.beforeAdmit(now)
 	p := into
 	if p == nil {
 		p = unusedPermits.Get().(*Permit)
 	}
+	var (
+		ok  bool
+		adm Admission
+		err error
+	)
 	if g != nil && m.cfg.Scoper == nil && m.shared == nil {
-		m.groupPermit(req, now, g, p)
-	} else if _, err := m.newPermit(ctx, req, now, p); err != nil {
-		m.unused(p, into)
-		return nil, Admission{}, err
-	}
-	ok, adm, err := m.engineAt(now).try(ctx, p, now)
-	if err == errUseLocal {
-		ok, adm, err = localEngine{m}.try(ctx, p, now)
+		// No Store: the engine is the local one, whose try needs no
+		// context. req itself is not read (in a queue of many hosts,
+		// a cache miss a pop): Push kept what the admission needs.
+		m.groupPermit(now, g, p)
+		ok, adm, _ = m.tryFast(p, now) // localEngine.try
+	} else {
+		ctx := context.Background()
+		if req != nil {
+			ctx = req.Context()
+		}
+		if _, err := m.newPermit(ctx, req, now, p); err != nil {
+			m.unused(p, into)
+			return nil, Admission{}, err
+		}
+		ok, adm, err = m.engineAt(now).try(ctx, p, now)
+		if err == errUseLocal {
+			ok, adm, err = localEngine{m}.try(ctx, p, now)
+		}
 	}
 	if err != nil {
 		m.unused(p, into)
@@ -278,20 +289,21 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	return p, nil
 }
 
-// groupPermit is newPermit for req, the head of the ReadyQueue group g,
-// whose scopes newPermit resolved at Push: it fills p, a zero Permit,
-// with g's scopes and the head's costs. A scope forgotten since is looked up again by the admission
-// (tryFast), as one forgotten after newPermit is.
-func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *setQueue, p *Permit) {
+// groupPermit is newPermit for the head of the ReadyQueue group g, whose
+// scopes newPermit resolved at Push: it fills p, a zero Permit, with g's
+// scopes and the head's costs and NoAdjust (kept at Push). A scope
+// forgotten since is looked up again by the admission (tryFast), as one
+// forgotten after newPermit is.
+func (m *ThrottlingManager) groupPermit(now time.Time, g *setQueue, p *Permit) {
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	p.noAdjust = noAdjust(req.Context())
+	e := &g.entries[0]
+	p.noAdjust = e.noAdjust
 	hs := p.one[:]
 	if len(g.scopes) > 1 {
 		hs = make([]held, len(g.scopes))
 	}
-	e := &g.entries[0]
 	for i, s := range g.scopes {
 		hs[i] = held{s: s, ticket: Ticket{Cost: e.costOf(i)}}
 	}

@@ -188,7 +188,8 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	if err != nil {
 		return err
 	}
-	e := entry{req: req, prio: priority}
+	ctx := req.Context()
+	e := entry{req: req, prio: priority, noAdjust: p.noAdjust, background: ctx == context.Background() || ctx == context.TODO()}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -409,9 +410,11 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 	for q.ready.len() > 0 {
 		g := q.ready.first()
 		req := g.entries[0].req
-		if err := req.Context().Err(); err != nil {
-			q.removeHead(g, now)
-			return req, nil, time.Time{}, err
+		if !g.entries[0].background {
+			if err := req.Context().Err(); err != nil {
+				q.removeHead(g, now)
+				return req, nil, time.Time{}, err
+			}
 		}
 		if q.robotsTxt != nil {
 			if q.robotsHeld(g, now) {
