@@ -300,10 +300,15 @@ func (m *ThrottlingManager) groupPermit(now time.Time, g *setQueue, p *Permit) {
 	}
 	e := &g.entries[0]
 	p.noAdjust = e.noAdjust
-	hs := p.one[:]
-	if len(g.scopes) > 1 {
-		hs = make([]held, len(g.scopes))
+	if len(g.scopes) == 1 {
+		// p is zero: only what is not zero is written, as in
+		// newPermit (a held built whole and copied into p.one is
+		// read back just after its narrow stores: a stall).
+		p.one[0].s, p.one[0].ticket.Cost = g.scopes[0], e.costOf(0)
+		p.n = 1
+		return
 	}
+	hs := make([]held, len(g.scopes))
 	for i, s := range g.scopes {
 		hs[i] = held{s: s, ticket: Ticket{Cost: e.costOf(i)}}
 	}
