@@ -111,13 +111,13 @@ func (m *ThrottlingManager) setRequest(p *Permit, req *http.Request) {
 // permitSlab is a run of Permits allocated at once, which freshPermit
 // hands out one by one: one allocation makes permitsPerSlab Permits. An
 // allocation of its own cost an Acquire about 280 instructions (callgrind,
-// BenchmarkAcquireRelease), the slab's share and the count below about 70.
-// Each Permit is handed out once and never reused (Release stays
-// idempotent whoever holds the Permit); the slab's memory is freed when
-// none of its Permits is held any more, so a Permit held long keeps up to
-// permitsPerSlab-1 released ones (2 KiB) from being freed with it. A
-// released Permit keeps its request only while a hook may read it
-// (Permit.req).
+// BenchmarkAcquireRelease), the slab's share and the count below about 60
+// (with GOGC=off). Each Permit is handed out once and never reused
+// (Release stays idempotent whoever holds the Permit); the slab's memory
+// is freed when none of its Permits is held any more, so a Permit held
+// long keeps up to permitsPerSlab-1 released ones (2 KiB) from being
+// freed with it. A released Permit keeps its request only while a hook
+// may read it (permitExt.req).
 type permitSlab struct {
 	next atomic.Int32 // the Permits handed out, or asked for past the end
 	ps   [permitsPerSlab]Permit
