@@ -10,11 +10,10 @@ import (
 // rules. Admission, release, the registry, stats, hooks, warnings, export
 // and the Store path call a scope's policy through it and nothing else.
 // One call is devirtualised, as a compiler would: the local release calls
-// a default policy's end as its method endIn (for a request, endIn's
-// finish, inlined by hand), which takes the Feedback by pointer where the
-// interface's end, whose argument would escape, takes a copy
-// (localEngine.finish, permit.go). end is endIn on that copy, so what a
-// policy does is what this interface says either way.
+// a default policy's end as its method endIn, which takes the Feedback by
+// pointer where the interface's end, whose argument would escape, takes a
+// copy (localEngine.release, permit.go). end is endIn on that copy, so
+// what a policy does is what this interface says either way.
 //
 // Two types implement it. The default policy, *defaultScope, implements
 // it in full. Any other ScopeManager, from a user's factory, is adapted to

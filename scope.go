@@ -567,8 +567,8 @@ func (s *defaultScope) end(now time.Time, t *Ticket, fb Feedback, robots bool) (
 }
 
 // endIn is end with the Feedback by pointer, which it does not change or
-// keep: the release calls it directly for a default scope, or, for a
-// request (robots false), its finish (see localEngine.finish).
+// keep: the release calls it directly for a default scope (see
+// localEngine.release).
 func (s *defaultScope) endIn(now time.Time, t *Ticket, fb *Feedback, robots bool) (signal bool) {
 	if robots {
 		s.finishRobotsIn(now, t, fb)
