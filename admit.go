@@ -66,22 +66,11 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 		return nil, err
 	}
 	p.robotsFetch = robotsFetch
-	var got *Permit
-	if m.shared == nil && p.n == 1 && notBefore.IsZero() {
-		// localEngine.acquire's path for most requests, without the
-		// engine's interface call: no Store, one scope, no gate.
-		if ok, adm, who := m.tryFastOne(p, now); ok {
-			got = p
-		} else {
-			got, err = localEngine{m}.refused(ctx, p, now, adm, who)
-		}
-	} else {
-		got, err = m.engineAt(now).acquire(ctx, p, now, notBefore)
-		if err == errUseLocal {
-			// The store failed, perhaps after a wait: local admission
-			// goes on from the time it failed, not from before the wait.
-			got, err = localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
-		}
+	got, err := m.engineAt(now).acquire(ctx, p, now, notBefore)
+	if err == errUseLocal {
+		// The store failed, perhaps after a wait: local admission goes
+		// on from the time it failed, not from before the wait.
+		got, err = localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
 	}
 	if err == nil {
 		m.setRequest(got, req)
@@ -123,14 +112,6 @@ func (e localEngine) acquire(ctx context.Context, p *Permit, now, notBefore time
 	if ok {
 		return p, nil
 	}
-	return e.refused(ctx, p, now, adm, who)
-}
-
-// refused is acquire's path after tryFast refused p at now with adm (the
-// scope who held it back): it fails when no wait can end in time, else
-// queues the caller and waits.
-func (e localEngine) refused(ctx context.Context, p *Permit, now time.Time, adm Admission, who int) (*Permit, error) {
-	m := e.m
 	if err := m.refusing(p.scopes(), now, adm); err != nil {
 		return nil, err
 	}
