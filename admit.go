@@ -67,12 +67,15 @@ func (m *ThrottlingManager) acquireOrWait(ctx context.Context, req *http.Request
 	}
 	p.robotsFetch = robotsFetch
 	got, err := m.engineAt(now).acquire(ctx, p, now, notBefore)
-	if err != errUseLocal {
-		return got, err
+	if err == errUseLocal {
+		// The store failed, perhaps after a wait: local admission goes
+		// on from the time it failed, not from before the wait.
+		got, err = localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
 	}
-	// The store failed, perhaps after a wait: local admission goes on
-	// from the time it failed, not from before the wait.
-	return localEngine{m}.acquire(ctx, p, m.clock.Now(), notBefore)
+	if err == nil {
+		m.setRequest(got, req)
+	}
+	return got, err
 }
 
 // engineAt returns the engine that admits requests at local time now:
@@ -147,24 +150,35 @@ func (m *ThrottlingManager) TryAcquire(req *http.Request) (*Permit, Admission, e
 // is the clock's reading (the ReadyQueue's attempt reads it once for all
 // its heads).
 func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQueue, into *Permit) (*Permit, Admission, error) {
-	ctx := context.Background()
-	if req != nil {
-		ctx = req.Context()
-	}
 	m.beforeAdmit(now)
 	p := into
 	if p == nil {
 		p = unusedPermits.Get().(*Permit)
 	}
+	var (
+		ok  bool
+		adm Admission
+		err error
+	)
 	if g != nil && m.cfg.Scoper == nil && m.shared == nil {
-		m.groupPermit(req, now, g, p)
-	} else if _, err := m.newPermit(ctx, req, now, p); err != nil {
-		m.unused(p, into)
-		return nil, Admission{}, err
-	}
-	ok, adm, err := m.engineAt(now).try(ctx, p, now)
-	if err == errUseLocal {
-		ok, adm, err = localEngine{m}.try(ctx, p, now)
+		// No Store: the engine is the local one, whose try needs no
+		// context. req itself is not read (in a queue of many hosts,
+		// a cache miss a pop): Push kept what the admission needs.
+		m.groupPermit(now, g, p)
+		ok, adm, _ = m.tryFast(p, now) // localEngine.try
+	} else {
+		ctx := context.Background()
+		if req != nil {
+			ctx = req.Context()
+		}
+		if _, err := m.newPermit(ctx, req, now, p); err != nil {
+			m.unused(p, into)
+			return nil, Admission{}, err
+		}
+		ok, adm, err = m.engineAt(now).try(ctx, p, now)
+		if err == errUseLocal {
+			ok, adm, err = localEngine{m}.try(ctx, p, now)
+		}
 	}
 	if err != nil {
 		m.unused(p, into)
@@ -175,6 +189,7 @@ func (m *ThrottlingManager) tryAcquire(req *http.Request, now time.Time, g *setQ
 		m.unused(p, into)
 		return nil, adm, err
 	}
+	m.setRequest(p, req)
 	m.admitted(p, now)
 	return p, Admission{}, nil
 }
@@ -230,23 +245,19 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		if p == nil {
 			p = sh.freshPermit()
 		}
-		// p is zero: only what is not zero is written (a held is 64 bytes).
-		p.m, p.noAdjust = m, na
-		p.one[0].s, p.one[0].cost = s, 1
-		p.hs, p.n = &p.one[0], 1 // setScopes(p.one[:])
-		if m.obs.request {
-			p.req = req
-		}
+		// p is zero: only what is not zero is written (a held is 56
+		// bytes), as setScopes would: p.hs stays nil. A pointer less to
+		// write is a write barrier less while the GC marks.
+		p.noAdjust = na
+		p.one[0].s, p.one[0].ticket.Cost = s, 1
+		p.n = 1
 		return p, nil
 	}
 	p := into
 	if p == nil {
 		p = new(Permit) // a Scoper's or the context's scopes: the shard is not known yet
 	}
-	p.m, p.noAdjust = m, na
-	if m.obs.request {
-		p.req = req
-	}
+	p.noAdjust = na
 	if !fromCtx {
 		var err error
 		if scopes, err = m.callScoper(req); err != nil {
@@ -259,25 +270,28 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 	return p, nil
 }
 
-// groupPermit is newPermit for req, the head of the ReadyQueue group g,
-// whose scopes newPermit resolved at Push: it fills p, a zero Permit,
-// with g's scopes and the head's costs. A scope forgotten since is looked up again by the admission
-// (tryFast), as one forgotten after newPermit is.
-func (m *ThrottlingManager) groupPermit(req *http.Request, now time.Time, g *setQueue, p *Permit) {
+// groupPermit is newPermit for the head of the ReadyQueue group g, whose
+// scopes newPermit resolved at Push: it fills p, a zero Permit, with g's
+// scopes and the head's costs and NoAdjust (kept at Push). A scope
+// forgotten since is looked up again by the admission (tryFast), as one
+// forgotten after newPermit is.
+func (m *ThrottlingManager) groupPermit(now time.Time, g *setQueue, p *Permit) {
 	if now.UnixNano()-m.sweepNext.Load() >= 0 {
 		m.sweepStep(now)
 	}
-	p.m, p.noAdjust = m, noAdjust(req.Context())
-	if m.obs.request {
-		p.req = req
-	}
-	hs := p.one[:]
-	if len(g.scopes) > 1 {
-		hs = make([]held, len(g.scopes))
-	}
 	e := &g.entries[0]
+	p.noAdjust = e.noAdjust
+	if len(g.scopes) == 1 {
+		// p is zero: only what is not zero is written, as in
+		// newPermit (a held built whole and copied into p.one is
+		// read back just after its narrow stores: a stall).
+		p.one[0].s, p.one[0].ticket.Cost = g.scopes[0], e.costOf(0)
+		p.n = 1
+		return
+	}
+	hs := make([]held, len(g.scopes))
 	for i, s := range g.scopes {
-		hs[i] = held{s: s, cost: e.costOf(i)}
+		hs[i] = held{s: s, ticket: Ticket{Cost: e.costOf(i)}}
 	}
 	p.setScopes(hs)
 }
@@ -314,14 +328,14 @@ func (m *ThrottlingManager) resolve(p *Permit, scopes []Scope, now time.Time) er
 	for _, sc := range scopes {
 		cost := max(sc.Cost, 1)
 		if i := slices.IndexFunc(hs, func(h held) bool { return h.s.key == sc.Key }); i >= 0 {
-			hs[i].cost += cost
+			hs[i].ticket.Cost += cost
 			continue
 		}
 		s, err := m.lookup(sc.Key, now)
 		if err != nil {
 			return err
 		}
-		hs = append(hs, held{s: s, cost: cost})
+		hs = append(hs, held{s: s, ticket: Ticket{Cost: cost}})
 	}
 	p.setScopes(hs)
 	slices.SortFunc(hs, func(a, b held) int {
@@ -387,7 +401,7 @@ func (m *ThrottlingManager) evaluate(hs []held, w *waiter, now, notBefore time.T
 	}
 	blocked := false
 	for i := range hs {
-		a := hs[i].s.pol.admit(now, hs[i].cost)
+		a := hs[i].s.pol.admit(now, hs[i].ticket.Cost)
 		switch {
 		case a.Reason == ReasonNone:
 		case a.At.IsZero():
@@ -456,11 +470,11 @@ func (m *ThrottlingManager) start(p *Permit, now time.Time) {
 	hs := p.scopes()
 	for i := range hs {
 		h := &hs[i]
-		h.s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch) // in place: see defaultScope.start
+		h.s.pol.begin(&h.ticket, now, h.ticket.Cost, p.robotsFetch) // in place: see defaultScope.start
 		h.s.lastUsed = now.UnixNano()
 		h.s.started(p.robotsFetch)
 	}
-	p.acquired = now
+	p.setAcquired(now)
 }
 
 // tryFast admits p at now if no one waits ahead of it and every scope and
@@ -512,7 +526,7 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	}
 	// The policy's admission also tells the time its start takes, which
 	// the start then need not work out again.
-	a, latest, same := s.pol.admitLatest(now, h.cost)
+	a, latest, same := s.pol.admitLatest(now, h.ticket.Cost)
 	if a.Reason != ReasonNone {
 		who = 0
 		switch {
@@ -527,13 +541,13 @@ func (m *ThrottlingManager) tryFastOne(p *Permit, now time.Time) (bool, Admissio
 	} else {
 		if m.global.tryFast() {
 			if same && !p.robotsFetch {
-				s.pol.startLatest(&h.ticket, latest, false, h.cost)
+				s.pol.startLatest(&h.ticket, latest, false, h.ticket.Cost)
 			} else {
-				s.pol.begin(&h.ticket, now, h.cost, p.robotsFetch)
+				s.pol.begin(&h.ticket, now, h.ticket.Cost, p.robotsFetch)
 			}
 			s.lastUsed = now.UnixNano()
 			s.started(p.robotsFetch)
-			p.acquired = now
+			p.setAcquired(now)
 			s.mu.Unlock()
 			m.raiseAfterStart(p)
 			return true, adm, -1

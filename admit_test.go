@@ -149,7 +149,7 @@ func TestDuplicateScopesMerge(t *testing.T) {
 		p, err := m.Acquire(WithScopes(context.Background(), Scope{Key: "a", Cost: 2}, Scope{Key: "a", Cost: 3}), get(t, "http://x/"))
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a"}, p.Scopes())
-		assert.Equal(t, int64(5), p.scopes()[0].cost)
+		assert.Equal(t, int64(5), p.scopes()[0].ticket.Cost)
 		p.Release(ok200, nil)
 	})
 }

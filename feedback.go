@@ -141,7 +141,10 @@ func DefaultFeedback(now time.Time, resp *http.Response, err error) Feedback {
 
 // defaultFeedback is DefaultFeedback filling *fb, which is zero, in place.
 func defaultFeedback(fb *Feedback, now time.Time, resp *http.Response, err error) {
-	fb.Size, fb.Err = -1, err
+	fb.Size = -1
+	if err != nil { // fb.Err is nil already: no write, and no write barrier while the GC marks
+		fb.Err = err
+	}
 	if resp != nil {
 		fb.Status = resp.StatusCode
 		fb.Size = resp.ContentLength

@@ -33,7 +33,7 @@ func (m *ThrottlingManager) hookAdmitted(p *Permit, called time.Time) {
 			p.ReleaseFeedback(Feedback{NoAdjust: true})
 		}
 	}()
-	m.cfg.Hooks.Admitted(hooks.Admitted{Scopes: p.Scopes(), At: p.acquired, Waited: max(0, m.clock.Now().Sub(called)),
+	m.cfg.Hooks.Admitted(hooks.Admitted{Scopes: p.Scopes(), At: p.acquired(), Waited: max(0, m.clock.Now().Sub(called)),
 		URL: p.url(), Context: p.context(), Robots: p.robotsFetch})
 	ok = true
 }

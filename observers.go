@@ -93,10 +93,22 @@ type observers struct {
 	released atomic.Pointer[[]releasedSub]
 }
 
-// releasedSub is a subscriber of afterRelease.
+// releasedSub is a subscriber of afterRelease: f, or permit for one that
+// needs only the permit (a ReadyQueue's), which is then called without
+// the copies of the Feedback and the events that f's arguments take.
 type releasedSub struct {
-	rank int
-	f    func(p *Permit, fb Feedback, ev hookEvents)
+	rank   int
+	f      func(p *Permit, fb Feedback, ev hookEvents)
+	permit func(p *Permit)
+}
+
+// call calls s with the release of p.
+func (s *releasedSub) call(p *Permit, fb *Feedback, ev *hookEvents) {
+	if s.permit != nil {
+		s.permit(p)
+		return
+	}
+	s.f(p, *fb, *ev)
 }
 
 // The order in which afterRelease's subscribers hear of a release,
@@ -116,6 +128,18 @@ const (
 // the same rank. Safe at any time, from any goroutine, with any lock of
 // a scope held.
 func (o *observers) subscribeReleased(rank int, f func(p *Permit, fb Feedback, ev hookEvents)) {
+	o.addReleased(releasedSub{rank: rank, f: f})
+}
+
+// subscribeReleasedPermit is subscribeReleased for f, which needs only
+// the permit.
+func (o *observers) subscribeReleasedPermit(rank int, f func(p *Permit)) {
+	o.addReleased(releasedSub{rank: rank, permit: f})
+}
+
+// addReleased adds sub to afterRelease's subscribers, after those of the
+// same rank.
+func (o *observers) addReleased(sub releasedSub) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var subs []releasedSub
@@ -123,10 +147,10 @@ func (o *observers) subscribeReleased(rank int, f func(p *Permit, fb Feedback, e
 		subs = slices.Clone(*old)
 	}
 	i := len(subs)
-	for i > 0 && subs[i-1].rank > rank {
+	for i > 0 && subs[i-1].rank > sub.rank {
 		i--
 	}
-	subs = slices.Insert(subs, i, releasedSub{rank: rank, f: f})
+	subs = slices.Insert(subs, i, sub)
 	o.released.Store(&subs)
 }
 
@@ -212,12 +236,13 @@ func (m *ThrottlingManager) tellReleased(p *Permit, fb *Feedback, ev *hookEvents
 	// release. They run, then the first panic goes on.
 	var first any
 	failed := false
-	for i, s := range *subs {
+	for i := range *subs {
+		s := &(*subs)[i]
 		if i == len(*subs)-1 && !failed {
-			s.f(p, *fb, changes) // the last, none failed: nothing to protect
+			s.call(p, fb, &changes) // the last, none failed: nothing to protect
 			break
 		}
-		if v, panicked := callReleased(s.f, p, *fb, changes); panicked && !failed {
+		if v, panicked := callReleased(s, p, fb, &changes); panicked && !failed {
 			first, failed = v, true
 		}
 	}
@@ -226,14 +251,14 @@ func (m *ThrottlingManager) tellReleased(p *Permit, fb *Feedback, ev *hookEvents
 	}
 }
 
-// callReleased calls f, and reports a panic in it with its value.
-func callReleased(f func(*Permit, Feedback, hookEvents), p *Permit, fb Feedback, ev hookEvents) (v any, panicked bool) {
+// callReleased calls s, and reports a panic in it with its value.
+func callReleased(s *releasedSub, p *Permit, fb *Feedback, ev *hookEvents) (v any, panicked bool) {
 	defer func() {
 		if panicked {
 			v = recover()
 		}
 	}()
 	panicked = true
-	f(p, fb, ev)
+	s.call(p, fb, ev)
 	return nil, false
 }

@@ -22,25 +22,68 @@ import (
 // Acquire, TryAcquire and a ReadyQueue. Release and ReleaseFeedback on a
 // nil *Permit do nothing.
 type Permit struct {
-	m *ThrottlingManager
-	// The scopes held, sorted by key (the lock order): n of them from hs,
-	// which is &one[0] for a request of one scope (see scopes). A
-	// pointer and a count, not a slice, keep the Permit at 128 bytes.
-	hs          *held
+	// The scopes held, sorted by key (the lock order): n of them, in one
+	// for a request of one scope, else from hs, nil then (see scopes). A
+	// pointer and a count, not a slice, keep the Permit at 88 bytes. The
+	// manager is the scopes' (manager).
+	hs *held
+	// one holds the scope of a request of one scope. Its Ticket's Start
+	// is the Permit's acquired time too, unless ext holds that (see
+	// acquired); a Permit of several scopes, whose scopes are in hs,
+	// keeps its acquired time in one[0].ticket.Start alone. A time.Time
+	// of its own made the Permit 24 bytes larger, and every Acquire
+	// allocates one.
 	one         [1]held
-	acquired    time.Time
 	released    atomic.Bool
 	noAdjust    bool
-	robotsFetch bool          // a robots.txt fetch of the manager's (robotsfetch.go)
-	n           uint8         // len of the scopes, at most maxScopesPerRequest
-	req         *http.Request // the request, for the hooks (its URL and context); nil without them (observers.request)
+	robotsFetch bool  // a robots.txt fetch of the manager's (robotsfetch.go)
+	n           uint8 // len of the scopes, at most maxScopesPerRequest
 
 	// ext holds what only a Store or MaxHold needs, so a plain Permit
-	// stays small (permits are allocated 17 at once, see permitSlab).
+	// stays small (permits are allocated 23 at once, see permitSlab).
 	ext *permitExt
+	// req is the request, for the hooks (its URL and context); nil
+	// without them (observers.request). Set at admission (setRequest).
+	// Kept here rather than in ext: with hooks, ext would cost every
+	// admission an allocation (3 instead of 2 an Acquire and Release,
+	// 225 bytes instead of 167, with the Admitted and Released hooks).
+	req *http.Request
 }
 
-// permitExt is the part of a Permit only a Store or MaxHold uses.
+// manager returns the manager that granted p: its scopes'. A zero Permit
+// has none (its use panics).
+func (p *Permit) manager() *ThrottlingManager {
+	if p.n == 1 {
+		return p.one[0].s.m
+	}
+	return p.hs.s.m // the first of several
+}
+
+// acquired returns when p was granted (see Permit.one).
+func (p *Permit) acquired() time.Time {
+	if e := p.ext; e != nil && e.hasAcquired {
+		return e.acquired
+	}
+	return p.one[0].ticket.Start
+}
+
+// setAcquired records t, when p was granted, once its scopes' Tickets
+// are filled: a Permit of one scope whose Ticket starts at t exactly (the
+// same time.Time, monotonic reading and location included, as it does
+// unless the scope took t for a stale reading, or a custom policy set
+// its own Start) needs nothing more.
+func (p *Permit) setAcquired(t time.Time) {
+	switch {
+	case p.n != 1:
+		p.one[0].ticket.Start = t // one is not a scope's
+	case p.one[0].ticket.Start != t: // on purpose not Equal: the very same value, not the same instant
+		e := p.extension()
+		e.acquired, e.hasAcquired = t, true
+	}
+}
+
+// permitExt is the part of a Permit only a Store or MaxHold uses, or an
+// acquired time the Permit's Ticket does not hold.
 type permitExt struct {
 	// With a Store: the lease, and the local clock when acquired (the
 	// Permit's acquired time is then the store's).
@@ -52,32 +95,49 @@ type permitExt struct {
 	hprev, hnext *Permit
 	hlocal       int64 // Unix ns when listed
 	hlisted      bool
+
+	// acquired is the Permit's acquired time, if hasAcquired: one whose
+	// one scope's Ticket does not start then (see Permit.acquired).
+	hasAcquired bool
+	acquired    time.Time
+}
+
+// setRequest keeps req in p, admitted just now, if the hooks read it.
+func (m *ThrottlingManager) setRequest(p *Permit, req *http.Request) {
+	if m.obs.request {
+		p.req = req
+	}
 }
 
 // permitSlab is a run of Permits allocated at once, which freshPermit
 // hands out one by one: one allocation makes permitsPerSlab Permits. An
 // allocation of its own cost an Acquire about 280 instructions (callgrind,
-// BenchmarkAcquireRelease), the slab's share and the count below about 70.
-// Each Permit is handed out once and never reused (Release stays
-// idempotent whoever holds the Permit); the slab's memory is freed when
-// none of its Permits is held any more, so a Permit held long keeps up to
-// permitsPerSlab-1 released ones (2 KiB) from being freed with it. A
-// released Permit keeps its request only while a hook may read it
-// (Permit.req).
+// BenchmarkAcquireRelease), the slab's share and the count below about 60
+// (with GOGC=off). Each Permit is handed out once and never reused
+// (Release stays idempotent whoever holds the Permit); the slab's memory
+// is freed when none of its Permits is held any more, so a Permit held
+// long keeps up to permitsPerSlab-1 released ones (2 KiB) from being
+// freed with it. A released Permit keeps its request only while a hook
+// may read it (Permit.req).
 type permitSlab struct {
 	next atomic.Int32 // the Permits handed out, or asked for past the end
 	ps   [permitsPerSlab]Permit
 }
 
-// permitsPerSlab makes a slab 2,184 bytes, in the 2,304-byte size class.
-const permitsPerSlab = 17
+// permitsPerSlab makes a slab 2,032 bytes, in the 2,048-byte size class.
+const permitsPerSlab = 23
 
-// freshPermit returns a zero Permit never handed out before, from sh's
-// slab: each shard has its own, so Acquires of scopes in different shards
-// neither count on one word nor write to neighbouring Permits.
-func (sh *shard) freshPermit() *Permit {
+// permitSlabs hands out fresh Permits from its slab, and makes the next
+// slab when that one is used up.
+type permitSlabs struct {
+	slab atomic.Pointer[permitSlab]
+}
+
+// fresh returns a zero Permit never handed out before. Safe for
+// concurrent use.
+func (ps *permitSlabs) fresh() *Permit {
 	for {
-		sl := sh.slab.Load()
+		sl := ps.slab.Load()
 		if sl != nil {
 			if i := sl.next.Add(1); i <= permitsPerSlab {
 				return &sl.ps[i-1]
@@ -85,11 +145,16 @@ func (sh *shard) freshPermit() *Permit {
 		}
 		ns := new(permitSlab)
 		ns.next.Store(1)
-		if sh.slab.CompareAndSwap(sl, ns) {
+		if ps.slab.CompareAndSwap(sl, ns) {
 			return &ns.ps[0]
 		}
 	}
 }
+
+// freshPermit returns a zero Permit never handed out before, from sh's
+// slab: each shard has its own, so Acquires of scopes in different shards
+// neither count on one word nor write to neighbouring Permits.
+func (sh *shard) freshPermit() *Permit { return sh.permits.fresh() }
 
 // url is the URL of p's request, for the hooks.
 func (p *Permit) url() *url.URL {
@@ -128,21 +193,22 @@ func (p *Permit) scopes() []held {
 // a slice of their own, sorted by key (resolve sorts them after).
 func (p *Permit) setScopes(hs []held) {
 	if len(hs) == 1 {
-		p.one[0] = hs[0]
-		hs = p.one[:]
+		p.one[0], p.hs, p.n = hs[0], nil, 1
+		return
 	}
 	p.hs, p.n = unsafe.SliceData(hs), uint8(len(hs)) // at most maxScopesPerRequest
 }
 
-// held is one scope a permit holds a slot in.
+// held is one scope a permit holds a slot in. Until the start fills the
+// ticket, ticket.Cost is the request's cost in the scope: the cost the
+// admission asks for, and the one the start is given.
 type held struct {
 	s      *scope
-	cost   int64
 	ticket Ticket
 }
 
 // Acquired returns when the permit was granted.
-func (p *Permit) Acquired() time.Time { return p.acquired }
+func (p *Permit) Acquired() time.Time { return p.acquired() }
 
 // Scopes returns the keys of the permit's scopes, sorted.
 func (p *Permit) Scopes() []string {
@@ -161,19 +227,20 @@ func (p *Permit) Release(resp *http.Response, err error) {
 	if p == nil || p.released.Load() {
 		return
 	}
-	now := p.m.clock.Now()
+	m := p.manager()
+	now := m.clock.Now()
 	// The Feedback is built in place and passed on by pointer. Returned and
-	// passed by value, its 120 bytes were copied twice, with wide loads of
+	// passed by value, its 152 bytes were copied twice, with wide loads of
 	// fields just written by narrow stores, which the CPU cannot forward:
 	// a stall at each copy.
 	var fb Feedback
-	if !p.m.customFeedback {
+	if !m.customFeedback {
 		defaultFeedback(&fb, now, resp, err)
-		p.done(now, &fb, true)
+		p.doneBy(m, now, &fb, true)
 		return
 	}
-	fb, pv := p.m.safeFeedback(now, resp, err)
-	p.done(now, &fb, true)
+	fb, pv := m.safeFeedback(now, resp, err)
+	p.doneBy(m, now, &fb, true)
 	if pv != nil {
 		panic(pv) // the slots are given back; the user's bug surfaces
 	}
@@ -197,7 +264,8 @@ func (p *Permit) ReleaseFeedback(fb Feedback) {
 	if p == nil || p.released.Load() {
 		return
 	}
-	p.done(p.m.clock.Now(), &fb, true)
+	m := p.manager()
+	p.doneBy(m, m.clock.Now(), &fb, true)
 }
 
 // doneAt is done with a copy of fb.
@@ -208,6 +276,11 @@ func (p *Permit) doneAt(now time.Time, fb Feedback, fillLatency bool) {
 // done releases the permit at now with *fb, which it may change;
 // fillLatency replaces a zero Latency with the time since Acquire returned.
 func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
+	p.doneBy(p.manager(), now, fb, fillLatency)
+}
+
+// doneBy is done for m, p's manager.
+func (p *Permit) doneBy(m *ThrottlingManager, now time.Time, fb *Feedback, fillLatency bool) {
 	if !p.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -215,13 +288,12 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 		if e := p.ext; e != nil && e.shared {
 			fb.Latency = now.Sub(e.local)
 		} else {
-			fb.Latency = now.Sub(p.acquired)
+			fb.Latency = now.Sub(p.acquired())
 		}
 	}
 	if p.noAdjust {
 		fb.NoAdjust = true
 	}
-	m := p.m
 	if e := p.ext; e != nil && e.shared {
 		m.release(p, now, fb)
 		return
@@ -238,7 +310,7 @@ func (p *Permit) done(now time.Time, fb *Feedback, fillLatency bool) {
 // custom ScopeManager, which may keep a pointer, a heap copy, which later
 // scopes of p then get, so each sees what an earlier one changed.
 // Keeping the Feedback in the Permit instead would make the Permit
-// 248 bytes, not 128: that costs every Acquire more.
+// 200 bytes, not 80: that costs every Acquire more.
 //
 // The engine that admitted p takes it back (engine.go). Its release is
 // called on the engine's type, not through the interface: fb given to an
@@ -304,7 +376,7 @@ func (e localEngine) finish(h *held, p *Permit, now time.Time, fb *Feedback) (*F
 	if d, ok := h.s.pol.(*defaultScope); ok {
 		// The interface's end, devirtualised: the default policy's
 		// own method takes fb by pointer, without the copy of its
-		// 120 bytes that end takes (about 50 instructions a
+		// 152 bytes that end takes (about 50 instructions a
 		// release). It does what end does, and changes no Feedback.
 		signal = d.endIn(now, &h.ticket, fb, p.robotsFetch)
 	} else {

@@ -114,15 +114,81 @@ func TestFreshPermitsAreDistinct(t *testing.T) {
 	for _, ps := range got {
 		for _, p := range ps {
 			require.False(t, seen[p], "a Permit handed out twice")
-			require.True(t, p.m == nil && p.scopes() == nil && !p.released.Load(), "a Permit not zero")
+			require.True(t, p.ext == nil && p.scopes() == nil && !p.released.Load(), "a Permit not zero")
 			seen[p] = true
 		}
 	}
 }
 
-// TestPermitSize: a Permit is 128 bytes, so a slab (permitSlab) holds
-// permitsPerSlab of them in its size class.
+// TestPermitSize: a Permit is 88 bytes, so a slab (permitSlab) holds
+// permitsPerSlab of them in its size class; the scope that holds the
+// manager in its stead stays in its 144-byte class.
 func TestPermitSize(t *testing.T) {
-	assert.Equal(t, uintptr(128), unsafe.Sizeof(Permit{}))
-	assert.LessOrEqual(t, unsafe.Sizeof(permitSlab{}), uintptr(2304))
+	assert.Equal(t, uintptr(88), unsafe.Sizeof(Permit{}))
+	assert.LessOrEqual(t, unsafe.Sizeof(permitSlab{}), uintptr(2048))
+	assert.LessOrEqual(t, unsafe.Sizeof(scope{}), uintptr(144))
+}
+
+// startlessScope is a ScopeManager whose Tickets have no Start.
+type startlessScope struct {
+	ScopeManager
+	finished []Ticket
+}
+
+func (s *startlessScope) Start(now time.Time, cost int64) Ticket {
+	t := s.ScopeManager.Start(now, cost)
+	t.Start = time.Time{}
+	return t
+}
+
+func (s *startlessScope) Finish(now time.Time, t Ticket, fb *Feedback) {
+	s.finished = append(s.finished, t)
+	s.ScopeManager.Finish(now, t, fb)
+}
+
+// TestPermitAcquired: Acquired is the clock's reading at admission, and a
+// Release's latency is measured from it, whether the Permit has one scope
+// whose Ticket starts then, one whose Ticket does not (a custom policy's
+// own Start), or several; the scopes' Tickets are the policies' own.
+func TestPermitAcquired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		var sm *startlessScope
+		custom := cfg.Default
+		custom.NewManager = func(p ScopeParams) ScopeManager {
+			sm = &startlessScope{ScopeManager: NewDefaultScopeManager(p)}
+			return sm
+		}
+		cfg.Scopes = map[string]ScopeConfig{"custom": custom}
+		m := newManager(t, cfg)
+		for _, keys := range [][]string{{"plain"}, {"custom"}, {"plain", "other"}, {"custom", "plain"}} {
+			req := get(t, "http://x.example/").WithContext(WithScopeKeys(context.Background(), keys...))
+			want := time.Now()
+			p, err := m.Acquire(req.Context(), req)
+			require.NoError(t, err)
+			assert.True(t, want.Equal(p.Acquired()), "%v: Acquired %v, want %v", keys, p.Acquired(), want)
+			for _, h := range p.scopes() {
+				if h.s.key == "custom" {
+					assert.True(t, h.ticket.Start.IsZero(), "%v: the custom policy's Ticket", keys)
+				} else {
+					assert.True(t, want.Equal(h.ticket.Start), "%v: %s's Ticket", keys, h.s.key)
+				}
+			}
+			time.Sleep(time.Second)
+			var latency time.Duration
+			p.ReleaseFeedback(Feedback{Status: 200})
+			for _, h := range p.scopes() {
+				h.s.mu.Lock()
+				latency = h.s.counts.latency
+				h.s.mu.Unlock()
+			}
+			assert.Equal(t, time.Second, latency, "%v", keys)
+			assert.True(t, want.Equal(p.Acquired()), "%v: Acquired after Release", keys)
+		}
+		require.Len(t, sm.finished, 2)
+		for _, tk := range sm.finished {
+			assert.True(t, tk.Start.IsZero(), "Finish gets the Ticket Start returned")
+		}
+	})
 }

@@ -140,8 +140,10 @@ type ReadyQueue struct {
 	leaderAt    time.Time // the time the first waiting caller's timer is set for; zero: no timer
 	closed      bool
 	// spare is a zero Permit for the next attempt to fill: one an
-	// attempt was refused with, never handed out.
-	spare *Permit
+	// attempt was refused with, never handed out. permits makes them
+	// (a slab's allocation for many pops, as for Acquire's).
+	spare   *Permit
+	permits permitSlabs
 
 	// robots.txt (robotsTxt nil: handling off): see robotsHeld.
 	robotsTxt    *robotsCache
@@ -165,7 +167,7 @@ func NewReadyQueue(m *ThrottlingManager) *ReadyQueue {
 		robotsWait:  make(map[origin][]*setQueue),
 	}
 	// Before the queue's first attempt: see observers.go.
-	m.obs.subscribeReleased(rankQueues, q.releasedPermit)
+	m.obs.subscribeReleasedPermit(rankQueues, q.releasedPermit)
 	if m.cfg.Store != nil {
 		m.cfg.Store.Watch(q.released) // for the queue's lifetime, like the hook
 	}
@@ -186,7 +188,8 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	if err != nil {
 		return err
 	}
-	e := entry{req: req, prio: priority}
+	ctx := req.Context()
+	e := entry{req: req, prio: priority, noAdjust: p.noAdjust, background: ctx == context.Background() || ctx == context.TODO()}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -196,11 +199,11 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 	}
 	g := q.groupOf(p.scopes())
 	if len(g.keys) == 1 {
-		e.cost = p.scopes()[0].cost
+		e.cost = p.scopes()[0].ticket.Cost
 	} else {
 		e.costs = make([]int64, len(p.scopes()))
 		for i := range p.scopes() {
-			e.costs[i] = p.scopes()[i].cost
+			e.costs[i] = p.scopes()[i].ticket.Cost
 		}
 	}
 	*p = Permit{} // never handed out: back to TryAcquire's pool
@@ -407,9 +410,11 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 	for q.ready.len() > 0 {
 		g := q.ready.first()
 		req := g.entries[0].req
-		if err := req.Context().Err(); err != nil {
-			q.removeHead(g, now)
-			return req, nil, time.Time{}, err
+		if !g.entries[0].background {
+			if err := req.Context().Err(); err != nil {
+				q.removeHead(g, now)
+				return req, nil, time.Time{}, err
+			}
 		}
 		if q.robotsTxt != nil {
 			if q.robotsHeld(g, now) {
@@ -424,7 +429,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 			}
 		}
 		if q.spare == nil {
-			q.spare = new(Permit)
+			q.spare = q.permits.fresh()
 		}
 		p, adm, err := q.m.tryAcquire(req, now, g, q.spare)
 		if p != nil {
@@ -470,7 +475,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 
 // releasedPermit is the queue's subscription to the manager's releases
 // (observers.go): p's slots are free.
-func (q *ReadyQueue) releasedPermit(p *Permit, _ Feedback, _ hookEvents) {
+func (q *ReadyQueue) releasedPermit(p *Permit) {
 	for i := range p.scopes() {
 		q.released(p.scopes()[i].s.key)
 	}

@@ -55,6 +55,13 @@ type entry struct {
 	seq   uint64
 	cost  int64   // one-scope groups
 	costs []int64 // the others: a cost per scope, in the group's order
+	// What the head's admission needs of req's context, kept at Push
+	// (the queue keeps req unchanged until it is popped), so that a pop
+	// reads nothing of req: noAdjust (WithoutAdjust), and background,
+	// set when the context is context.Background or context.TODO,
+	// which never end.
+	noAdjust   bool
+	background bool
 }
 
 func (e *entry) costOf(i int) int64 {

@@ -521,3 +521,45 @@ func BenchmarkReadyQueueVsHeap(b *testing.B) {
 	b.ReportMetric(float64(fT.Nanoseconds())/float64(b.N), "heap-pop-ns/op")
 	b.ReportMetric(float64(qT)/float64(max(fT, 1)), "ratio")
 }
+
+// TestReadyQueueRequestContext: what a pop needs of a request's context
+// is its context's as it was at Push (the queue keeps the request
+// unchanged): WithoutAdjust makes the permit's feedback NoAdjust, and a
+// context ended since Push ends the request, whether the context is a
+// background one or not.
+func TestReadyQueueRequestContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := plainConfig()
+		cfg.Default.Delay, cfg.Default.SlotDelay = 0, 0
+		m := newManager(t, cfg)
+		q := NewReadyQueue(m)
+		cancelled, cancel := context.WithCancel(context.Background())
+		reqs := []*http.Request{
+			get(t, "http://a/"),
+			get(t, "http://b/").WithContext(context.TODO()),
+			get(t, "http://c/").WithContext(WithoutAdjust(context.Background())),
+			get(t, "http://d/").WithContext(WithoutAdjust(cancelled)),
+			get(t, "http://e/").WithContext(cancelled),
+		}
+		for _, req := range reqs {
+			require.NoError(t, q.Push(req, 0))
+		}
+		cancel()
+		noAdjust := map[string]bool{}
+		var ended []string
+		for q.Len() > 0 {
+			req, p, _, err := q.TryPop()
+			require.NotNil(t, req)
+			if err != nil {
+				assert.ErrorIs(t, err, context.Canceled)
+				assert.Nil(t, p)
+				ended = append(ended, req.URL.Host)
+				continue
+			}
+			noAdjust[req.URL.Host] = p.noAdjust
+			p.Release(ok200, nil)
+		}
+		assert.Equal(t, map[string]bool{"a": false, "b": false, "c": true}, noAdjust)
+		assert.Equal(t, []string{"d", "e"}, ended)
+	})
+}

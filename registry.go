@@ -40,9 +40,9 @@ type shard struct {
 	// cleared when the scope leaves m, with mu locked: it is always in m,
 	// or was until find read it (see find).
 	last atomic.Pointer[scope]
-	// slab holds the Permits freshPermit hands out next (permit.go).
-	slab atomic.Pointer[permitSlab]
-	_    [128 - 96]byte // one shard per pair of cache lines: no false sharing
+	// permits holds the Permits freshPermit hands out next (permit.go).
+	permits permitSlabs
+	_       [128 - 96]byte // one shard per pair of cache lines: no false sharing
 }
 
 // forget removes s from sh (locked, as s), keeping its counts.
@@ -62,6 +62,7 @@ func (sh *shard) forget(s *scope) {
 // scope is one scope's entry: its policy, its FIFO of waiters, its lock.
 type scope struct {
 	mu       sync.Mutex
+	m        *ThrottlingManager // the scope's: its permits' (Permit.manager)
 	key      string
 	pol      policy // the scope's rules, behind the coordinator's interface (policy.go)
 	queue    waitQueue
@@ -351,7 +352,7 @@ func (m *ThrottlingManager) newScope(key string, now time.Time) (*scope, error) 
 		f = m.factory
 	}
 	pol, guarded := policyOf(f(p), key)
-	s := &scope{key: key, pol: pol, explicit: explicit, plain: scopekey.Plain(key), lastUsed: now.UnixNano()}
+	s := &scope{m: m, key: key, pol: pol, explicit: explicit, plain: scopekey.Plain(key), lastUsed: now.UnixNano()}
 	if guarded {
 		m.guarded.Store(true) // panics kept by custom are raised (custompolicy.go)
 	}

@@ -148,7 +148,7 @@ func (m *ThrottlingManager) recordSeries(p *Permit, fb Feedback, _ hookEvents) {
 	if p.robotsFetch {
 		return // not in Counts either
 	}
-	at := p.acquired
+	at := p.acquired()
 	if e := p.ext; e != nil && e.shared {
 		at = e.local // p.acquired is the store's time
 	}

@@ -178,7 +178,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	for i := range p.scopes() {
 		h := &p.scopes()[i]
 		sc := &req.Scopes[i]
-		sc.Key, sc.Cost, sc.Version = h.s.key, h.cost, h.s.pol.version()
+		sc.Key, sc.Cost, sc.Version = h.s.key, h.ticket.Cost, h.s.pol.version()
 		h.s.pol.sharedLimits(now, sc)
 		h.s.lastUsed = local.UnixNano()
 	}
@@ -221,7 +221,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 		}
 		if ans.Admitted && i < len(ans.Tickets) {
 			t := ans.Tickets[i]
-			h.ticket = Ticket{Slot: t.Slot, Cost: h.cost, WindowIndex: t.WindowIndex, Start: ans.Now}
+			h.ticket = Ticket{Slot: t.Slot, Cost: h.ticket.Cost, WindowIndex: t.WindowIndex, Start: ans.Now}
 			h.s.started(p.robotsFetch)
 		}
 	}
@@ -233,7 +233,7 @@ func (m *ThrottlingManager) admitShared(ctx context.Context, p *Permit, req *sto
 	if ans.Admitted {
 		e := p.extension()
 		e.lease, e.shared, e.local = req.Lease, true, local
-		p.acquired = ans.Now
+		p.setAcquired(ans.Now)
 	}
 	return ans, why, nil
 }
@@ -445,7 +445,7 @@ const maxLearnRetries = 3
 // fb. local is the manager's clock at release.
 func (e storeEngine) release(p *Permit, local time.Time, fb *Feedback) {
 	m := e.m
-	now := p.acquired.Add(local.Sub(p.ext.local))
+	now := p.acquired().Add(local.Sub(p.ext.local))
 	rel := store.Release{Lease: p.ext.lease, Scopes: make([]store.ReleaseScope, len(p.scopes()))}
 	watch := watchesPolicy(&m.cfg.Hooks)
 	var ev hookEvents
@@ -531,9 +531,10 @@ func containsScope(cs []store.Conflict, i int) bool {
 }
 
 // permitFor returns a permit view holding only the conflicting scopes, in
-// the order of the retry's Scopes.
+// the order of the retry's Scopes, for the release's retries, which read
+// only its scopes (it has no acquired time).
 func permitFor(p *Permit, cs []store.Conflict) *Permit {
-	q := &Permit{m: p.m, acquired: p.acquired, ext: p.ext}
+	q := &Permit{ext: p.ext}
 	hs := make([]held, len(cs))
 	for i, c := range cs {
 		hs[i] = p.scopes()[c.Scope]

@@ -97,8 +97,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			panic(r)
 		}
 	}()
-	start := p.acquired // the clock's reading at admission, taken just now
-	if t.m.obs.acquire || p.ext != nil {
+	start := p.acquired() // the clock's reading at admission, taken just now
+	if t.m.obs.acquire || p.ext != nil && p.ext.shared {
 		// Observers ran since (a hook may take its time), or the
 		// acquired time is a Store's: read the local clock.
 		start = clock.Now()
@@ -251,7 +251,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	switch {
 	case err == io.EOF:
-		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), b.fb, false)
 	case err != nil && !b.p.released.Load():
 		// The body broke off: a reset or a timeout is the server's doing.
 		fb := b.fb
@@ -259,7 +259,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 		if isBackoffError(err) {
 			fb.Backoff, fb.Timeout = true, true
 		}
-		b.p.doneAt(b.p.m.clock.Now(), fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), fb, false)
 	}
 	return n, err
 }
@@ -267,7 +267,7 @@ func (b *releasingBody) Read(buf []byte) (int, error) {
 func (b *releasingBody) Close() error {
 	err := b.rc.Close()
 	if !b.p.released.Load() {
-		b.p.doneAt(b.p.m.clock.Now(), b.fb, false)
+		b.p.doneAt(b.p.manager().clock.Now(), b.fb, false)
 	}
 	return err
 }

@@ -62,7 +62,7 @@ func (m *ThrottlingManager) warnAsync(msg, scope string) {
 	m.pendingMu.Unlock()
 	m.hasPending.Store(true)
 	if subscribe {
-		m.obs.subscribeReleased(rankWarnings, func(*Permit, Feedback, hookEvents) { m.flushWarnings() })
+		m.obs.subscribeReleasedPermit(rankWarnings, func(*Permit) { m.flushWarnings() })
 	}
 }
 

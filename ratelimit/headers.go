@@ -280,10 +280,17 @@ var (
 // See Wait for when Duration is set and when the caller should use it.
 // Parse is safe for concurrent use: it only reads h.
 func Parse(h http.Header, now time.Time) Wait {
-	w := Wait{Remaining: -1}
 	if len(h) == 0 {
-		return w
+		// Small enough to inline: a response without headers costs
+		// its caller no call.
+		return Wait{Remaining: -1}
 	}
+	return parse(h, now)
+}
+
+// parse is Parse for a non-empty h.
+func parse(h http.Header, now time.Time) Wait {
+	w := Wait{Remaining: -1}
 	// spent is the largest wait of the quotas reported spent, with
 	// Retry-After, which always counts.
 	var spent time.Duration
