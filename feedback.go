@@ -182,11 +182,6 @@ func WithoutAdjust(ctx context.Context) context.Context {
 	return withValues(ctx, func(v *ctxValues) { v.noAdjust = true })
 }
 
-func noAdjust(ctx context.Context) bool {
-	v := valuesOf(ctx)
-	return v != nil && v.noAdjust
-}
-
 // answer is one response as a scope's policies learn from it: the
 // Feedback read once for this scope, and the pace the scope had when it
 // came. AutoThrottle, backoff and rampup are the same kind of state
