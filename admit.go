@@ -245,12 +245,8 @@ func (m *ThrottlingManager) newPermit(ctx context.Context, req *http.Request, no
 		if p == nil {
 			p = sh.freshPermit()
 		}
-		// p is zero: only what is not zero is written (a held is 56
-		// bytes), as setScopes would: p.hs stays nil. A pointer less to
-		// write is a write barrier less while the GC marks.
-		p.noAdjust = na
-		p.one[0].s, p.one[0].ticket.Cost = s, 1
-		p.n = 1
+		p.noAdjust = na // p is zero: only what is not zero is written (setOne)
+		p.setOne(s, 1)
 		return p, nil
 	}
 	p := into
@@ -282,11 +278,7 @@ func (m *ThrottlingManager) groupPermit(now time.Time, g *setQueue, p *Permit) {
 	e := &g.entries[0]
 	p.noAdjust = e.noAdjust
 	if len(g.scopes) == 1 {
-		// p is zero: only what is not zero is written, as in
-		// newPermit (a held built whole and copied into p.one is
-		// read back just after its narrow stores: a stall).
-		p.one[0].s, p.one[0].ticket.Cost = g.scopes[0], e.costOf(0)
-		p.n = 1
+		p.setOne(g.scopes[0], e.costOf(0))
 		return
 	}
 	hs := make([]held, len(g.scopes))

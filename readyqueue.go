@@ -189,7 +189,7 @@ func (q *ReadyQueue) Push(req *http.Request, priority int) error {
 		return err
 	}
 	ctx := req.Context()
-	e := entry{req: req, prio: priority, noAdjust: p.noAdjust, background: ctx == context.Background() || ctx == context.TODO()}
+	e := entry{req: req, prio: priority, noAdjust: p.noAdjust, endless: ctx.Done() == nil}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -410,7 +410,7 @@ func (q *ReadyQueue) attempt(now time.Time) (*http.Request, *Permit, time.Time, 
 	for q.ready.len() > 0 {
 		g := q.ready.first()
 		req := g.entries[0].req
-		if !g.entries[0].background {
+		if !g.entries[0].endless {
 			if err := req.Context().Err(); err != nil {
 				q.removeHead(g, now)
 				return req, nil, time.Time{}, err

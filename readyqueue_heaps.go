@@ -57,11 +57,12 @@ type entry struct {
 	costs []int64 // the others: a cost per scope, in the group's order
 	// What the head's admission needs of req's context, kept at Push
 	// (the queue keeps req unchanged until it is popped), so that a pop
-	// reads nothing of req: noAdjust (WithoutAdjust), and background,
-	// set when the context is context.Background or context.TODO,
-	// which never end.
-	noAdjust   bool
-	background bool
+	// reads nothing of req: noAdjust (WithoutAdjust), and endless, set
+	// when the context can never be cancelled (its Done is nil, as
+	// context.Background's, and WithoutAdjust's over it), so its Err is
+	// never read.
+	noAdjust bool
+	endless  bool
 }
 
 func (e *entry) costOf(i int) int64 {
