@@ -29,6 +29,7 @@ type options struct {
 	shapes   int
 	top      int
 	markdown bool
+	told     bool
 }
 
 func main() {
@@ -46,6 +47,7 @@ func main() {
 	flag.IntVar(&o.shapes, "shapes", 200, "with -grid: how many shapes to draw")
 	flag.IntVar(&o.top, "top", 0, "with -grid: print the worst N shapes only (0: all)")
 	flag.BoolVar(&o.markdown, "markdown", false, "with -grid: a Markdown table (the README's)")
+	flag.BoolVar(&o.told, "told", false, "with -grid: run each shape that misses its cold start again, every refusal stating the limit (a column: what a throttle told the limit at its first refusal reaches)")
 	flag.Parse()
 	if o.grid {
 		seedsSet := false
@@ -140,6 +142,9 @@ func runGrid(stdout, stderr io.Writer, o options) error {
 		shapes = append(shapes, sim.GridShapes(o.gridSeed+g, o.shapes)...)
 	}
 	rows := sim.RunGrid(shapes, o.seed, o.seeds, 0)
+	if o.told {
+		sim.AddTold(rows, o.seed, o.seeds, 0)
+	}
 	shown := rows
 	if o.top > 0 && o.top < len(rows) {
 		shown = rows[:o.top]
@@ -159,6 +164,9 @@ func runGrid(stdout, stderr io.Writer, o options) error {
 	}
 	fmt.Fprintf(stderr, "%s; %s, seeds %d-%d (worst of %d per figure), %v real time\n%s\n", sim.GridSummary(rows),
 		grids, o.seed, o.seed+uint64(o.seeds)-1, o.seeds, time.Since(start).Round(time.Millisecond), sim.GridWorst(rows))
+	if o.told {
+		fmt.Fprintln(stderr, sim.GridToldSummary(rows))
+	}
 	return nil
 }
 

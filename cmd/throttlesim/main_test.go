@@ -109,6 +109,17 @@ func TestRunGrid(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 5 || !strings.HasPrefix(lines[2], "| `") {
 		t.Fatalf("Markdown:\n%s", out.String())
 	}
+	// -told adds the told column and its summary.
+	out.Reset()
+	errOut.Reset()
+	o.markdown, o.top = false, 0
+	o.told = true
+	if err := runGrid(&out, &errOut, o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "told (s)") || !strings.Contains(errOut.String(), "told the limit at the first refusal") {
+		t.Fatalf("-told:\n%s\n%s", out.String(), errOut.String())
+	}
 	if err := runGrid(&out, &errOut, options{seeds: 0, shapes: 7, grids: 1}); err == nil {
 		t.Fatal("-seeds 0 accepted")
 	}

@@ -83,6 +83,34 @@ func (s *outageServer) Handle(now time.Time, host string) Response {
 	return s.Server.Handle(now, host)
 }
 
+// toldServer adds to every answer of Server that is not 2xx a
+// RateLimit-Policy stating limit, in requests an hour (a long window, so
+// that the stated rate is the limit to a part in a thousand or better).
+type toldServer struct {
+	Server
+	policy string
+}
+
+func newToldServer(srv Server, limit float64) *toldServer {
+	const window = 3600
+	return &toldServer{Server: srv, policy: fmt.Sprintf(`"told";q=%d;w=%d`, max(1, int(math.Floor(limit*window))), window)}
+}
+
+// Handle implements Server.
+func (s *toldServer) Handle(now time.Time, host string) Response {
+	r := s.Server.Handle(now, host)
+	if r.Status/100 == 2 {
+		return r
+	}
+	h := r.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("RateLimit-Policy", s.policy)
+	r.Header = h
+	return r
+}
+
 // GridConfig is the throttle configuration the grid judges: the README's
 // recipe for an API whose limit you don't know, DefaultConfig with
 // Rampup on (ColdRampupConfig), with GlobalConcurrency and
@@ -105,17 +133,36 @@ func (s Shape) workers() int {
 
 // Scenario returns the shape's scenario: one API host, the limiter with
 // the outage, the grid's policy.
-func (s Shape) Scenario() Scenario {
+func (s Shape) Scenario() Scenario { return s.scenario(false) }
+
+// ToldScenario is Scenario with every refusal of the limiter stating its
+// limit exactly, in a RateLimit-Policy (toldServer): the same crawl by a
+// throttle that knows the limit from its first refusal on. What its cold
+// start still misses is not the pace's search but what comes before it
+// and what the first refusal costs: the configured pace and the slow
+// start's ramp, the excess in flight when the first refusal comes, the
+// server's Retry-After and a counter's dead time.
+func (s Shape) ToldScenario() Scenario { return s.scenario(true) }
+
+func (s Shape) scenario(told bool) Scenario {
 	cfg := s.GridConfig()
 	pol := ThrottlePolicy("throttle", "DefaultConfig with Rampup on", cfg)
 	pol.Robots = s.Robots
+	name := s.Name()
+	if told {
+		name += "-told"
+	}
 	return Scenario{
-		Name:     s.Name(),
-		About:    fmt.Sprintf("grid shape %s", s.Name()),
+		Name:     name,
+		About:    fmt.Sprintf("grid shape %s", name),
 		Duration: gridDuration, Clients: 1, Workers: s.workers(),
 		Frontier: oneHost(apiHost),
 		NewServer: func(start time.Time, _ *rand.Rand) Server {
-			return &outageServer{Server: s.Limiter.NewServer(), from: start.Add(gridOutageFrom), to: start.Add(gridOutageTo), latency: s.Limiter.Latency}
+			srv := s.Limiter.NewServer()
+			if told {
+				srv = newToldServer(srv, s.Limit())
+			}
+			return &outageServer{Server: srv, from: start.Add(gridOutageFrom), to: start.Add(gridOutageTo), latency: s.Limiter.Latency}
 		},
 		Limit: s.Limit(), Capacity: s.Limit(),
 		MeasureFrom: gridSteadyFrom, MeasureTo: gridOutageFrom, SignalsFrom: gridSignalFrom,
@@ -257,6 +304,10 @@ type GridRow struct {
 	Badness float64
 	// Misses names the targets missed.
 	Misses []string
+	// Told is the cold start (ColdStart90, the worst of the seeds) of
+	// the shape's ToldScenario, when AddTold ran it: nil otherwise, -1
+	// if it never came.
+	Told *float64
 }
 
 // RunGrid runs every shape on seeds seed..seed+n-1 and returns a row per
@@ -280,6 +331,54 @@ func RunGrid(shapes []Shape, seed uint64, n, parallel int) []GridRow {
 	})
 	return rows
 }
+
+// AddTold runs the ToldScenario of every row that misses its cold start
+// target, on seeds seed..seed+n-1, and sets its Told.
+func AddTold(rows []GridRow, seed uint64, n, parallel int) {
+	var at []int
+	var scs []Scenario
+	for i, r := range rows {
+		if slices.Contains(r.Misses, "cold") {
+			at = append(at, i)
+			scs = append(scs, r.Shape.ToldScenario())
+		}
+	}
+	res := RunSeeds(scs, seed, n, parallel)
+	for k, i := range at {
+		c := -1.0
+		if v := res[k].Results[0].Metrics.ColdStart90; v != nil {
+			c = *v
+		}
+		rows[i].Told = &c
+	}
+}
+
+// GridToldSummary says, of the rows AddTold ran, how many would meet
+// their cold start target if told the limit at the first refusal (the
+// search's share of the misses), how many of those by less than
+// toldSlack, and how many miss it even then.
+func GridToldSummary(rows []GridRow) string {
+	var ran, met, close int
+	for _, r := range rows {
+		if r.Told == nil {
+			continue
+		}
+		ran++
+		if *r.Told >= 0 && *r.Told <= r.Targets.Cold90+1e-9 {
+			met++
+			if *r.Told > r.Targets.Cold90-toldSlack.Seconds() {
+				close++
+			}
+		}
+	}
+	return fmt.Sprintf("told the limit at the first refusal, %d of the %d cold starts that miss their target would meet it (%d by less than %v); %d miss it even then",
+		met, ran, close, toldSlack, ran-met)
+}
+
+// toldSlack: a told cold start this close under its target leaves the
+// search almost nothing: 5 s of a minute at the limit is about what one
+// failed climb costs on most shapes (its drain, its Retry-After).
+const toldSlack = 5 * time.Second
 
 func gridRow(s Shape, m Metrics) GridRow {
 	t := s.Targets()
@@ -317,23 +416,46 @@ func gridRow(s Shape, m Metrics) GridRow {
 
 // WriteGrid prints the rows as a table, in their order (RunGrid's: worst
 // first).
+// With AddTold's figures, a column "told" gives them, before the misses.
 func WriteGrid(w io.Writer, rows []GridRow) error {
+	told := slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\tmisses\t")
+	if told {
+		fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\ttold (s)\tmisses\t")
+	} else {
+		fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\tmisses\t")
+	}
 	for _, r := range rows {
 		c := gridCells(r)
+		if told {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c[0], c[1], c[2], c[3], c[4], c[5], secs(r.Told), c[6])
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6])
 	}
 	return tw.Flush()
 }
 
-// WriteGridMarkdown prints the rows as a Markdown table, in their order.
+// WriteGridMarkdown prints the rows as a Markdown table, in their order;
+// with AddTold's figures, as WriteGrid, a column "told".
 func WriteGridMarkdown(w io.Writer, rows []GridRow) error {
-	fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | misses |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+	told := slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil })
+	if told {
+		fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | told (s) | misses |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|")
+	} else {
+		fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | misses |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+	}
 	for _, r := range rows {
 		c := gridCells(r)
-		if _, err := fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
+		var err error
+		if told {
+			_, err = fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], secs(r.Told), c[6])
+		} else {
+			_, err = fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6])
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crawlerkit/throttle/ratelimit"
 )
 
 // TestGridTargets runs the grid (GridShapes(1, 200)) on 4 seeds, prints
@@ -354,5 +356,86 @@ func TestGridWorst(t *testing.T) {
 	}
 	if got := GridWorst(nil); got != "no shapes" {
 		t.Errorf("GridWorst(nil) = %q", got)
+	}
+}
+
+// TestToldServer: every refusal of the wrapped limiter, and no success,
+// states the limit in a RateLimit-Policy that parses to it within a part
+// in a thousand.
+func TestToldServer(t *testing.T) {
+	for _, limit := range []float64{0.1, 1.3, 7, 49.5} {
+		l := Limiter{Kind: KindNginx, Requests: 1, Period: time.Second, Latency: time.Millisecond}
+		srv := newToldServer(l.NewServer(), limit)
+		now := Epoch
+		var ok, refused int
+		for range 20 {
+			r := srv.Handle(now, apiHost)
+			v := r.Header.Get("RateLimit-Policy")
+			if r.Status/100 == 2 {
+				ok++
+				if v != "" {
+					t.Fatalf("limit %g: a success states %q", limit, v)
+				}
+				continue
+			}
+			refused++
+			items, good := ratelimit.ParseRateLimitPolicy(v)
+			if !good || len(items) != 1 {
+				t.Fatalf("limit %g: refusal states %q", limit, v)
+			}
+			got := float64(items[0].Quota) / items[0].Window.Seconds()
+			if math.Abs(got-limit) > limit*1e-3 {
+				t.Fatalf("limit %g: stated %g (%q)", limit, got, v)
+			}
+			now = now.Add(100 * time.Millisecond)
+		}
+		if ok == 0 || refused == 0 {
+			t.Fatalf("limit %g: %d successes, %d refusals: want both", limit, ok, refused)
+		}
+	}
+}
+
+// TestAddTold: AddTold runs the shapes that miss their cold start only,
+// and told the limit at its first refusal the throttle holds it: an
+// HAProxy whose cold start the search makes late (its Retry-After of 5 s
+// and its count of refusals) meets the target told; the told run of an
+// nginx without burst delivers 0.97 of the limit or more over minutes
+// 5-15 with no refusal after its first minute.
+func TestAddTold(t *testing.T) {
+	shapes := []Shape{
+		{Limiter: Limiter{Kind: KindNginx, Requests: 10, Period: time.Second, NoDelay: true, Status: 429, Latency: 20 * time.Millisecond}},
+		{Limiter: Limiter{Kind: KindHAProxy, Requests: 42, Period: 6 * time.Second, Status: 429, RetryAfter: 5 * time.Second, Latency: 19 * time.Millisecond}},
+	}
+	rows := RunGrid(shapes, testSeed, 1, 0)
+	AddTold(rows, testSeed, 1, 0)
+	told := 0
+	for _, r := range rows {
+		if slices.Contains(r.Misses, "cold") != (r.Told != nil) {
+			t.Errorf("%s: misses %v, told %v: want a told figure exactly when it misses its cold start", r.Shape.Name(), r.Misses, r.Told)
+		}
+		if r.Shape.Limiter.Kind == KindHAProxy {
+			if r.Told == nil || *r.Told < 0 || *r.Told > r.Targets.Cold90 {
+				t.Errorf("%s: to 90 %% %s, told %s: want a miss the told run meets", r.Shape.Name(), secs(r.Metrics.ColdStart90), secs(r.Told))
+			}
+			told++
+		}
+	}
+	if told != 1 {
+		t.Fatalf("%d HAProxy rows", told)
+	}
+	res := Run(shapes[0].ToldScenario(), shapes[0].ToldScenario().Policies[0], testSeed)
+	m := res.Metrics
+	if m.OKPerCapacity == nil || *m.OKPerCapacity < 0.97 || m.SignalsPerMin > 0 {
+		t.Errorf("told run of %s: share %v, %.2f refusals a minute: want >= 0.97 and none", shapes[0].Name(), pct(m.OKPerCapacity), m.SignalsPerMin)
+	}
+	var out strings.Builder
+	if err := WriteGrid(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	if told := slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil }); told != strings.Contains(out.String(), "told (s)") {
+		t.Errorf("a told figure and the table's told column disagree:\n%s", out.String())
+	}
+	if s := GridToldSummary(rows); !strings.Contains(s, "told the limit at the first refusal") {
+		t.Errorf("summary %q", s)
 	}
 }
