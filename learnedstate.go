@@ -57,71 +57,73 @@ type learnedBack struct {
 }
 
 type learnedRampup struct {
-	Rate     float64       `json:"r,omitempty"`
-	Good     float64       `json:"g,omitempty"`
-	Bad      float64       `json:"bad,omitempty"`
-	PrevG    float64       `json:"pg,omitempty"`
-	PrevGAt  int64         `json:"qa,omitempty"`
-	PrevGOK  int           `json:"qk,omitempty"`
-	Best     float64       `json:"be,omitempty"`
-	Held     float64       `json:"hf,omitempty"`
-	GAt      int64         `json:"ga,omitempty"`
-	GOK      int           `json:"gk,omitempty"`
-	Measured bool          `json:"mz,omitempty"`
-	Lat      time.Duration `json:"l,omitempty"`
-	LatMin   time.Duration `json:"lm,omitempty"`
-	LatMinAt int64         `json:"lma,omitempty"`
-	Step     float64       `json:"st,omitempty"`
-	Changed  int64         `json:"ch,omitempty"`
-	Cut      int64         `json:"cu,omitempty"`
-	OKCut    bool          `json:"oc,omitempty"`
-	Reprove  time.Duration `json:"rv,omitempty"`
-	Under    int64         `json:"un,omitempty"`
-	Counts   bool          `json:"cn,omitempty"`
-	Rise     int64         `json:"ri,omitempty"`
-	Raised   bool          `json:"rd,omitempty"`
-	RFirst   int64         `json:"rf,omitempty"`
-	RLast    int64         `json:"rl,omitempty"`
-	ROK      int           `json:"ro,omitempty"`
-	RSig     int           `json:"rs,omitempty"`
-	ProbeAt  int64         `json:"pa,omitempty"`
-	Fails    int           `json:"fa,omitempty"`
-	Memory   time.Duration `json:"me,omitempty"`
-	Wait     time.Duration `json:"wa,omitempty"`
-	Stated   float64       `json:"sr,omitempty"`
-	HintAt   int64         `json:"ha,omitempty"`
-	HintSeen int64         `json:"hs,omitempty"`
-	HintOK   int           `json:"hk,omitempty"`
-	HintRem  int64         `json:"hw,omitempty"`
-	Hint     float64       `json:"hi,omitempty"`
-	Hinted   float64       `json:"hd,omitempty"`
-	HintMem  time.Duration `json:"xw,omitempty"`
-	HintLeft int64         `json:"xl,omitempty"`
-	Soft     bool          `json:"so,omitempty"`
-	Windows  bool          `json:"wi,omitempty"`
-	Drain    bool          `json:"dr,omitempty"`
-	DrainAt  int64         `json:"da,omitempty"`
-	Cost     int           `json:"co,omitempty"`
-	Costing  bool          `json:"cg,omitempty"`
-	Lost     time.Duration `json:"lt,omitempty"`
-	Probe    bool          `json:"pb,omitempty"`
-	LastNo   int64         `json:"ln,omitempty"`
-	First    int64         `json:"fi,omitempty"`
-	CycLo    float64       `json:"cl,omitempty"`
-	CycHi    float64       `json:"cy,omitempty"`
-	BRule5   bool          `json:"b5,omitempty"`
-	CutAt    int64         `json:"ca,omitempty"`
-	AccAt    int64         `json:"aa,omitempty"`
-	AccOK    int           `json:"ak,omitempty"`
-	Run      int           `json:"ru,omitempty"`
-	RunG     float64       `json:"rg,omitempty"`
-	RunB     float64       `json:"rb,omitempty"`
-	RunMem   time.Duration `json:"rm,omitempty"`
-	RunAt    int64         `json:"ra,omitempty"`
-	RunSlow  bool          `json:"rw,omitempty"`
-	Paused   bool          `json:"ps,omitempty"`
-	PausedAt int64         `json:"pt,omitempty"`
-	Resumed  int64         `json:"rz,omitempty"`
+	Rate      float64       `json:"r,omitempty"`
+	Good      float64       `json:"g,omitempty"`
+	Bad       float64       `json:"bad,omitempty"`
+	PrevG     float64       `json:"pg,omitempty"`
+	PrevGAt   int64         `json:"qa,omitempty"`
+	PrevGOK   int           `json:"qk,omitempty"`
+	Best      float64       `json:"be,omitempty"`
+	Held      float64       `json:"hf,omitempty"`
+	GAt       int64         `json:"ga,omitempty"`
+	GOK       int           `json:"gk,omitempty"`
+	Measured  bool          `json:"mz,omitempty"`
+	Lat       time.Duration `json:"l,omitempty"`
+	LatMin    time.Duration `json:"lm,omitempty"`
+	LatMinAt  int64         `json:"lma,omitempty"`
+	Step      float64       `json:"st,omitempty"`
+	Changed   int64         `json:"ch,omitempty"`
+	Cut       int64         `json:"cu,omitempty"`
+	OKCut     bool          `json:"oc,omitempty"`
+	Reprove   time.Duration `json:"rv,omitempty"`
+	Under     int64         `json:"un,omitempty"`
+	Counts    bool          `json:"cn,omitempty"`
+	Rise      int64         `json:"ri,omitempty"`
+	Raised    bool          `json:"rd,omitempty"`
+	RFirst    int64         `json:"rf,omitempty"`
+	RLast     int64         `json:"rl,omitempty"`
+	ROK       int           `json:"ro,omitempty"`
+	RSig      int           `json:"rs,omitempty"`
+	ProbeAt   int64         `json:"pa,omitempty"`
+	Fails     int           `json:"fa,omitempty"`
+	Memory    time.Duration `json:"me,omitempty"`
+	Wait      time.Duration `json:"wa,omitempty"`
+	Stated    float64       `json:"sr,omitempty"`
+	HintAt    int64         `json:"ha,omitempty"`
+	HintSeen  int64         `json:"hs,omitempty"`
+	HintOK    int           `json:"hk,omitempty"`
+	HintRem   int64         `json:"hw,omitempty"`
+	Hint      float64       `json:"hi,omitempty"`
+	Hinted    float64       `json:"hd,omitempty"`
+	HintMem   time.Duration `json:"xw,omitempty"`
+	HintLeft  int64         `json:"xl,omitempty"`
+	Soft      bool          `json:"so,omitempty"`
+	Windows   bool          `json:"wi,omitempty"`
+	Drain     bool          `json:"dr,omitempty"`
+	DrainAt   int64         `json:"da,omitempty"`
+	Cost      int           `json:"co,omitempty"`
+	Costing   bool          `json:"cg,omitempty"`
+	Lost      time.Duration `json:"lt,omitempty"`
+	Probe     bool          `json:"pb,omitempty"`
+	ClimbLost time.Duration `json:"kl,omitempty"`
+	ClimbFail bool          `json:"kf,omitempty"`
+	LastNo    int64         `json:"ln,omitempty"`
+	First     int64         `json:"fi,omitempty"`
+	CycLo     float64       `json:"cl,omitempty"`
+	CycHi     float64       `json:"cy,omitempty"`
+	BRule5    bool          `json:"b5,omitempty"`
+	CutAt     int64         `json:"ca,omitempty"`
+	AccAt     int64         `json:"aa,omitempty"`
+	AccOK     int           `json:"ak,omitempty"`
+	Run       int           `json:"ru,omitempty"`
+	RunG      float64       `json:"rg,omitempty"`
+	RunB      float64       `json:"rb,omitempty"`
+	RunMem    time.Duration `json:"rm,omitempty"`
+	RunAt     int64         `json:"ra,omitempty"`
+	RunSlow   bool          `json:"rw,omitempty"`
+	Paused    bool          `json:"ps,omitempty"`
+	PausedAt  int64         `json:"pt,omitempty"`
+	Resumed   int64         `json:"rz,omitempty"`
 }
 
 func unixNano(t time.Time) int64 {
@@ -161,7 +163,7 @@ func (s *defaultScope) exportLearned() learnedState {
 		}
 	}
 	if r := s.rampup; r != nil {
-		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, PrevGAt: unixNano(r.prevGAt), PrevGOK: r.prevGOK, Best: r.best, Held: r.held, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, LatMin: r.latMin, LatMinAt: unixNano(r.latMinAt), Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Reprove: r.reprove, Under: unixNano(r.under), Counts: r.counts, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, HintMem: r.hintMem, HintLeft: r.hintLeft, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Lost: r.lost, Probe: r.probe, LastNo: unixNano(r.lastNo), First: unixNano(r.first), CycLo: r.cycLo, CycHi: r.cycHi, BRule5: r.bRule5, CutAt: unixNano(r.cutAt), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
+		st.Ramp = &learnedRampup{Rate: r.rate, Good: r.good, Bad: r.bad, PrevG: r.prevG, PrevGAt: unixNano(r.prevGAt), PrevGOK: r.prevGOK, Best: r.best, Held: r.held, GAt: unixNano(r.gAt), GOK: r.gOK, Measured: r.measured, Lat: r.lat, LatMin: r.latMin, LatMinAt: unixNano(r.latMinAt), Step: r.step, Changed: unixNano(r.changed), Cut: unixNano(r.cut), OKCut: r.okCut, Reprove: r.reprove, Under: unixNano(r.under), Counts: r.counts, Rise: unixNano(r.rise), Raised: r.raised, RFirst: unixNano(r.rFirst), RLast: unixNano(r.rLast), ROK: r.rOK, RSig: r.rSig, ProbeAt: unixNano(r.probeAt), Fails: r.fails, Memory: r.memory, Wait: r.wait, Stated: r.stated, HintAt: unixNano(r.hintAt), HintSeen: unixNano(r.hintSeen), HintOK: r.hintOK, HintRem: r.hintRem, Hint: r.hint, Hinted: r.hinted, HintMem: r.hintMem, HintLeft: r.hintLeft, Soft: r.soft, Windows: r.windows, Drain: r.drain, DrainAt: unixNano(r.drainAt), Cost: r.cost, Costing: r.costing, Lost: r.lost, Probe: r.probe, ClimbLost: r.climbLost, ClimbFail: r.climbFail, LastNo: unixNano(r.lastNo), First: unixNano(r.first), CycLo: r.cycLo, CycHi: r.cycHi, BRule5: r.bRule5, CutAt: unixNano(r.cutAt), AccAt: unixNano(r.accAt), AccOK: r.accOK, Run: r.run, RunG: r.runG, RunB: r.runB, RunMem: r.runMem, RunAt: unixNano(r.runAt), RunSlow: r.runSlow, Paused: r.paused, PausedAt: unixNano(r.pausedAt), Resumed: unixNano(r.resumed)}
 	}
 	return st
 }
@@ -257,7 +259,7 @@ func (s *defaultScope) importLearned(st *learnedState) error {
 		// A latency above MaxDelay, the longest wait any policy sets,
 		// would cap the rate below one start per MaxDelay for as many
 		// responses as its average takes to come down.
-		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, prevGAt: fromUnixNano(r.PrevGAt), prevGOK: r.PrevGOK, best: r.Best, held: r.Held, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), latMin: min(r.LatMin, s.cfg.Backoff.MaxDelay), latMinAt: fromUnixNano(r.LatMinAt), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, reprove: r.Reprove, under: fromUnixNano(r.Under), counts: r.Counts, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, hintMem: r.HintMem, hintLeft: r.HintLeft, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, lost: r.Lost, probe: r.Probe, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), cycLo: r.CycLo, cycHi: r.CycHi, bRule5: r.BRule5, cutAt: fromUnixNano(r.CutAt), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
+		rr := &rampup{rate: r.Rate, good: r.Good, bad: r.Bad, prevG: r.PrevG, prevGAt: fromUnixNano(r.PrevGAt), prevGOK: r.PrevGOK, best: r.Best, held: r.Held, gAt: fromUnixNano(r.GAt), gOK: r.GOK, measured: r.Measured, lat: min(r.Lat, s.cfg.Backoff.MaxDelay), latMin: min(r.LatMin, s.cfg.Backoff.MaxDelay), latMinAt: fromUnixNano(r.LatMinAt), step: r.Step, changed: fromUnixNano(r.Changed), cut: fromUnixNano(r.Cut), okCut: r.OKCut, reprove: r.Reprove, under: fromUnixNano(r.Under), counts: r.Counts, rise: fromUnixNano(r.Rise), raised: r.Raised, rFirst: fromUnixNano(r.RFirst), rLast: fromUnixNano(r.RLast), rOK: r.ROK, rSig: r.RSig, probeAt: fromUnixNano(r.ProbeAt), fails: r.Fails, memory: r.Memory, wait: r.Wait, stated: r.Stated, hintAt: fromUnixNano(r.HintAt), hintSeen: fromUnixNano(r.HintSeen), hintOK: r.HintOK, hintRem: r.HintRem, hint: r.Hint, hinted: r.Hinted, hintMem: r.HintMem, hintLeft: r.HintLeft, soft: r.Soft, windows: r.Windows, drain: r.Drain, drainAt: fromUnixNano(r.DrainAt), cost: r.Cost, costing: r.Costing, lost: r.Lost, probe: r.Probe, climbLost: r.ClimbLost, climbFail: r.ClimbFail, lastNo: fromUnixNano(r.LastNo), first: fromUnixNano(r.First), cycLo: r.CycLo, cycHi: r.CycHi, bRule5: r.BRule5, cutAt: fromUnixNano(r.CutAt), accAt: fromUnixNano(r.AccAt), accOK: r.AccOK, run: r.Run, runG: r.RunG, runB: r.RunB, runMem: r.RunMem, runAt: fromUnixNano(r.RunAt), runSlow: r.RunSlow, paused: r.Paused, pausedAt: fromUnixNano(r.PausedAt), resumed: fromUnixNano(r.Resumed)}
 		rr.bound()
 		s.rampup = rr
 	}

@@ -6,7 +6,6 @@ package throttle
 // since (0: none); slots carry R at twice the least latency. A round (the
 // answers to requests started since R last changed) proves R with 2 or
 // more answers (4 near B) over 100 ms and the last wait, no refusal, R pacing.
-//
 //  1. Climb. A proven round sets G = R and raises R: doubling until a
 //     first refusal (TCP's slow start), then halfway to B on a log scale,
 //     then past B by 2 %, doubled per proof up to 25 % (CUBIC). A climb
@@ -15,15 +14,16 @@ package throttle
 //  2. Probe. With G within 2 % under B, climbs wait the proof time x2
 //     per failed probe in a row, a Window per MaxSignals refusals the last
 //     cost, 50x the time it left all refused (it wins 2 %); 10 Windows max.
+//     Else a search climb waits a failure's dead time x G/2(B-G), 2 min max.
 //  3. Refusal. One event per round trip (refusals of requests sent before
 //     R last fell answer the old rate). Above G: B = R; R returns to G,
-//     once a drain saw later requests refused (a counter of refusals)
-//     after as long under G as it was over (1 s at most, BBR's drain).
-//     At or below G: G and R fall to what the server delivered since G
-//     was set (2 % at least; under 5 s, half and a held G it rose from
-//     at most), B is the rate refused; a G a climb raised, refused
-//     later than its proof, goes back to the G before; rules 5 and 7's
-//     G, or one cut under 5 s ago, stays. Refused first: R halves, goes on.
+//     once a drain saw later requests refused (a counter of refusals),
+//     after as long under G as it was over (1 s at most, BBR's drain: its
+//     refusals are the climb's). At or below G: G and R fall to what the
+//     server delivered since G was set (2 % at least; under 5 s, half and a
+//     held G it rose from at most), B the rate refused; a G a climb raised,
+//     refused later than its proof, goes back to the G before; rules 5 and
+//     7's G, or one cut under 5 s ago, stays. Refused first: R halves, goes on.
 //  4. Drain. Until the next success, each round of refusals halves R,
 //     down to two per time since the event; the success returns R to G,
 //     which holds the drain's time and a proof time if R went under it.
@@ -280,6 +280,11 @@ type rampup struct {
 	costing  bool          // counting cost
 	lost     time.Duration // how long the last failed probe's drain refused everything
 	probe    bool          // R is a probe of a settled G
+	// climbLost is how long the last failed climb of the search (not
+	// the slow start's) left the server refusing everything (repay);
+	// climbFail: its drain is not over yet.
+	climbLost time.Duration
+	climbFail bool
 
 	first time.Time // the first answer, or the end of the last outage
 	// the last drain's cycle as rule 5 measured it, to be confirmed by
@@ -580,10 +585,13 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		}
 		r.count(ans.started, false)
 		r.lastNo = later(r.lastNo, ans.started)
-		if r.drain && !r.okCut {
+		switch {
+		case r.drain && !r.okCut:
 			r.counts = true            // it refused what came after the event
 			r.drainRound(now, cfg, gc) // rule 4
-		} else {
+		case ans.started.Before(r.under) && r.rate < r.good:
+			r.underRefused(now) // rule 3
+		default:
 			r.refusal(now, cfg, gc)
 		}
 		return rampupTook
@@ -861,11 +869,48 @@ func (r *rampup) taught(now, rise time.Time) time.Duration {
 func (r *rampup) failed(took time.Duration) {
 	r.memory = max(r.memory, min(took, rampupMaxMemory))
 	r.fails = min(r.fails+1, rampupMaxFails)
+	r.climbFail = r.step != 0 // the search's, not the slow start's
 	r.step = rampupEpsilon
 	if r.probe {
 		r.cost, r.costing = 1, true // what a probe of the steady state costs
 	}
 	r.probe = false
+}
+
+// underRefused is rule 3's answer to a refusal of a request sent while
+// R was under G after a failed climb: the server still counts the
+// climb's excess (a sliding window of 124 per 14 s refused the rate
+// under G a second after the climb's refusal), so it is the climb's
+// event, not a new one at a rate under G. Taken as new, it set B there
+// and G 2 % under it: 63-71 % of the limit, settled, for minutes. The
+// drain goes on from here, as at any event.
+func (r *rampup) underRefused(now time.Time) {
+	if !r.drain {
+		r.drain, r.drainAt = true, now
+	}
+	r.cut, r.okCut, r.changed = now, false, now
+	r.clearRound()
+}
+
+// repay is how long G holds after a failed climb of the search before
+// the next climb (rule 2): what the failure left the server refusing
+// everything (climbLost), over twice the share of G the gap to B could
+// win, as rule 2 spaces probes by what they win; two minutes at most,
+// the longest a proof time holds. A climb whose failure costs the
+// server's whole dead time (a counter's period, a quota's window, a
+// Retry-After) is not worth repeating soon for a few per cent: HAProxy
+// at 2 s latency refused a hundred requests per failed climb, five
+// climbs in three minutes, to win the last 2 % of its limit. (Half of
+// the share G could win: on four grids, climbs spaced by a quarter, a
+// half and all of it missed 298, 292 and 293 targets of 800, the last
+// with 49 shares under 95 % against 40. The slow start's first refusal
+// is not repaid: it is how every search begins.)
+func (r *rampup) repay() time.Duration {
+	if r.climbLost <= 0 || r.bad <= r.good {
+		return 0
+	}
+	d := r.climbLost.Seconds() * r.good / (2 * (r.bad - r.good))
+	return time.Duration(min(d, rampupMaxMemory.Seconds()) * float64(time.Second))
 }
 
 // drainRound is rule 4: a refusal in a drain ends a round of nothing but
@@ -883,6 +928,9 @@ func (r *rampup) drainRound(now time.Time, cfg *ScopeConfig, gc int) {
 // allows.
 func (r *rampup) endDrain(now, started time.Time, cfg *ScopeConfig, gc int) {
 	r.drain = false
+	if r.climbFail {
+		r.climbFail, r.climbLost = false, started.Sub(r.drainAt)
+	}
 	if r.costing {
 		r.costing, r.lost = false, started.Sub(r.drainAt)
 		if r.settled() {
@@ -978,6 +1026,8 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		return
 	case r.rate == r.good && r.reprove > 0 && now.Sub(r.changed) < max(r.reprove, r.proofTime()):
 		return // rule 4: G holds the drain's time and a proof time before the next climb
+	case r.rate == r.good && now.Sub(r.changed) < r.repay():
+		return // rule 2: a failed climb is repaid before the next
 	}
 	if r.rate > r.good {
 		if now.Sub(r.changed) < r.proofTime() {

@@ -322,16 +322,19 @@ func TestRampupDrain(t *testing.T) {
 // TestRampupQuotaCycle (rule 5): a quota spent early in its window
 // refuses everything for longer than it accepted: from the end of one
 // such drain to the end of the next, what the server accepted over that
-// time is its rate; the scope settles just below it.
+// time is its rate; the scope settles just below it. (From the fourth
+// minute: a climb past the quota costs the rest of its window, so the
+// next one waits to repay it (rule 2), a minute later than before that
+// rule.)
 func TestRampupQuotaCycle(t *testing.T) {
 	cfg := defaultScopeConfig()
 	cfg.Rampup.Enabled = true
-	res := runScope(t, cfg, windowServer(120, time.Minute), 50*ms, 32, 6*time.Minute)
+	res := runScope(t, cfg, windowServer(120, time.Minute), 50*ms, 32, 8*time.Minute)
 	r := res.scope.rampup
 	assert.InDelta(t, 2.0, r.good, 0.1, "120 a minute")
 	assert.GreaterOrEqual(t, r.memory, 30*time.Second, "climbs held as long as the cycle")
-	assert.GreaterOrEqual(t, res.okRate(3*time.Minute, 6*time.Minute), 0.95*2)
-	assert.LessOrEqual(t, res.signalsPerMin(3*time.Minute, 6*time.Minute), 2.0)
+	assert.GreaterOrEqual(t, res.okRate(4*time.Minute, 8*time.Minute), 0.95*2)
+	assert.LessOrEqual(t, res.signalsPerMin(4*time.Minute, 8*time.Minute), 2.0)
 }
 
 // settledAt8 returns a policy settled at 8 req/s (B 8.1, past the slow
@@ -968,4 +971,76 @@ func TestRampupFreshGFallsToTheGBefore(t *testing.T) {
 	q.s.refresh()
 	q.answer(q.now, tooMany)
 	assert.Equal(t, 6.0, r.good, "half")
+}
+
+// TestRampupClimbRepaysItsLoss (rule 2): after a climb of the search
+// fails and leaves the server refusing everything for a while, the next
+// climb comes, from the failure, once the gap to B at half would have won
+// that while back (two minutes at most); the slow start's first refusal
+// is not repaid.
+func TestRampupClimbRepaysItsLoss(t *testing.T) {
+	for _, c := range []struct {
+		dead, want time.Duration
+	}{
+		// G 10, the climb to 11 refused: 4 s x 10 / (2 x 1) = 20 s.
+		{dead: 4 * time.Second, want: 20 * time.Second},
+		{dead: 30 * time.Second, want: rampupMaxMemory}, // 150 s: capped
+	} {
+		t.Run(c.dead.String(), func(t *testing.T) {
+			p := newPolicy(t, rampConfig())
+			r := p.s.rampup
+			r.rate, r.good, r.bad, r.step = 10, 10, 12.1, rampupEpsilon
+			r.gAt, r.changed, r.cut, r.first = p.now, p.now, p.now, p.now
+			p.s.refresh()
+			require.True(t, p.until(1000, 10*ms, ok, func() bool { return p.rate() > r.good }), "climbed")
+			require.InDelta(t, 11.0, p.rate(), 1e-9)
+			p.paced(1, 10*ms, tooMany) // the climb fails; the server shuts
+			require.Equal(t, 11.0, r.bad)
+			failed := p.now
+			p.now = p.now.Add(c.dead)
+			p.next = p.now
+			p.paced(1, 10*ms, ok)
+			require.Equal(t, 10.0, p.rate(), "back at G")
+			require.True(t, p.until(1000000, 10*ms, ok, func() bool { return p.rate() > r.good }), "climbed again")
+			gap := p.now.Sub(failed)
+			assert.GreaterOrEqual(t, gap, c.want-time.Second, "the next climb")
+			assert.LessOrEqual(t, gap, c.want+time.Second, "the next climb")
+		})
+	}
+	t.Run("slow start", func(t *testing.T) {
+		p := newPolicy(t, rampConfig())
+		p.slowStartTo(8)
+		p.paced(1, 50*ms, tooMany)
+		p.now = p.now.Add(4 * time.Second)
+		p.next = p.now
+		p.paced(1, 50*ms, ok)
+		assert.Zero(t, p.s.rampup.repay(), "the slow start's refusal is not repaid")
+	})
+}
+
+// TestRampupRefusalUnderGIsTheClimbs (rule 3): after a refused climb on a
+// server that counts its refusals, R goes under G for a while; a refusal
+// of a request sent then is the climb's excess still counted, not a
+// limit under G: B and G stay, and R goes back to G once that while is
+// over.
+func TestRampupRefusalUnderGIsTheClimbs(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	p.slowStartTo(8)
+	r := p.s.rampup
+	r.counts = true
+	p.paced(1, 50*ms, tooMany)
+	require.Equal(t, 4.0, r.good)
+	require.Equal(t, 2.0, p.rate(), "under G")
+	p.paced(1, 50*ms, ok) // ends the drain
+	require.False(t, r.drain)
+	sent := r.under.Add(-ms)
+	require.True(t, p.now.Before(sent))
+	p.now = sent.Add(50 * ms)
+	p.answer(sent, tooMany) // sent under G, refused
+	assert.Equal(t, 4.0, r.good, "G stays")
+	assert.Equal(t, 8.0, r.bad, "B stays the climb's")
+	assert.Equal(t, 2.0, p.rate())
+	p.now = r.under
+	require.True(t, p.until(rampupRoundNearB+2, 50*ms, ok, func() bool { return p.rate() == 4 }),
+		"back to G once the while is over")
 }
