@@ -531,16 +531,13 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	if !ans.reset.IsZero() && !r.windows {
 		// A token bucket's time until full stands still too while it
 		// refills unused (a Retry-After's silence), but then what is left
-		// grows; a window's only shrinks, and by what it accepted: a full
-		// bucket refuses without moving its reset, and past a success
-		// between keeps its count where a window's would have fallen
-		// (nginx at 7 a minute, burst 10, read as 7 in 90 s, held 69 %
-		// of its limit). Without a count left, the server must have
-		// accepted what would have moved a bucket's reset by a second.
+		// grows; a window's only shrinks. Without a count left, the
+		// server must have accepted what would have moved a bucket's
+		// reset by a second.
 		same := !r.hintAt.IsZero() && now.Sub(r.hintSeen) >= time.Second &&
 			absDuration(ans.reset.Sub(r.hintAt)) < rampupSameReset
 		if ans.remaining >= 0 && r.hintRem >= 0 {
-			r.windows = same && ans.remaining <= r.hintRem && (r.hintOK == 0 || ans.remaining < r.hintRem)
+			r.windows = same && ans.remaining <= r.hintRem
 		} else {
 			r.windows = same && float64(r.hintOK) >= max(2, ans.stated)
 		}

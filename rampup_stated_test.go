@@ -94,16 +94,14 @@ func TestRampupWindowClimbHolds(t *testing.T) {
 
 // TestRampupWindowLeftBoundsB (rule 7): a window's statement whose count
 // left stayed over 10 % of the quota while the scope paced at its limit
-// understates the rate: a server counting 18 per 10 s, stated by the end
-// of two of its windows (18 in 20 s, 0.9 req/s), leaves 9 at 0.88 req/s.
+// understates the rate: HAProxy's 18 per 10 s, stated by the end of its
+// counter's two periods (18 in 20 s, 0.9 req/s), leaves 9 at 0.88 req/s.
 // When the statement has held, the climb is bounded by G times the quota
-// over what G used of it (1.76 req/s), not by the statement. (Its count
-// falls as it accepts, as a window's: one that never falls, as HAProxy's
-// average at a steady pace, is no window's.)
+// over what G used of it (1.76 req/s), not by the statement.
 func TestRampupWindowLeftBoundsB(t *testing.T) {
 	p := newPolicy(t, rampConfig())
 	w := &statedWindow{start: p.now, period: 10 * time.Second, reset: 20 * time.Second, quota: 18,
-		left: func(used int) int { return max(9, 18-2*used) }}
+		left: func(int) int { return 9 }}
 	r := p.s.rampup
 	p.serve(w, 25*time.Second, nil)
 	require.True(t, r.soft, "settled under the window's limit")
