@@ -281,8 +281,8 @@ type rampup struct {
 	lost     time.Duration // how long the last failed probe's drain refused everything
 	probe    bool          // R is a probe of a settled G
 	// climbLost is how long the last failed climb of the search (not
-	// the slow start's) left the server refusing everything (repay);
-	// climbFail: its drain is not over yet.
+	// the slow start's) left the server refusing everything, until a
+	// climb holds (repay); climbFail: its drain is not over yet.
 	climbLost time.Duration
 	climbFail bool
 
@@ -1039,7 +1039,8 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.prevG, r.prevGAt, r.prevGOK = r.good, r.gAt, r.gOK
 		r.setGood(now, r.rate)
 		r.rise, r.raised = r.changed, true
-		r.reprove = 0 // the server held a rate above the drained G
+		r.climbLost = 0 // repaid: the climb held
+		r.reprove = 0   // the server held a rate above the drained G
 	}
 	switch {
 	case r.bRule5 && r.bad > r.good && r.good >= r.bad*(1-rampupBoundNear):

@@ -1005,6 +1005,9 @@ func TestRampupClimbRepaysItsLoss(t *testing.T) {
 			gap := p.now.Sub(failed)
 			assert.GreaterOrEqual(t, gap, c.want-time.Second, "the next climb")
 			assert.LessOrEqual(t, gap, c.want+time.Second, "the next climb")
+			g := r.good
+			require.True(t, p.until(100000, 10*ms, ok, func() bool { return r.good > g }), "the climb held")
+			assert.Zero(t, r.repay(), "repaid once a climb holds")
 		})
 	}
 	t.Run("slow start", func(t *testing.T) {
