@@ -415,23 +415,14 @@ func gridRow(s Shape, m Metrics) GridRow {
 }
 
 // WriteGrid prints the rows as a table, in their order (RunGrid's: worst
-// first).
-// With AddTold's figures, a column "told" gives them, before the misses.
+// first). With AddTold's figures, a column "told" gives them, before the
+// misses.
 func WriteGrid(w io.Writer, rows []GridRow) error {
-	told := slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil })
+	told := hasTold(rows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	if told {
-		fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\ttold (s)\tmisses\t")
-	} else {
-		fmt.Fprintln(tw, "shape\tto 90% (s)\tshare 5-15\trefusals/min\tinto outage\trecovery (s)\tmisses\t")
-	}
+	fmt.Fprintln(tw, strings.Join(gridColumns(told, false), "\t")+"\t")
 	for _, r := range rows {
-		c := gridCells(r)
-		if told {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c[0], c[1], c[2], c[3], c[4], c[5], secs(r.Told), c[6])
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6])
+		fmt.Fprintln(tw, strings.Join(gridCells(r, told), "\t")+"\t")
 	}
 	return tw.Flush()
 }
@@ -439,38 +430,53 @@ func WriteGrid(w io.Writer, rows []GridRow) error {
 // WriteGridMarkdown prints the rows as a Markdown table, in their order;
 // with AddTold's figures, as WriteGrid, a column "told".
 func WriteGridMarkdown(w io.Writer, rows []GridRow) error {
-	told := slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil })
-	if told {
-		fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | told (s) | misses |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|")
-	} else {
-		fmt.Fprintln(w, "| shape | to 90 % (s) | share, min 5-15 | refusals/min | into outage | recovery (s) | misses |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
-	}
+	told := hasTold(rows)
+	cols := gridColumns(told, true)
+	align := slices.Repeat([]string{"--:"}, len(cols))
+	align[0], align[len(align)-1] = "---", "---"
+	fmt.Fprintln(w, "| "+strings.Join(cols, " | ")+" |")
+	fmt.Fprintln(w, "|"+strings.Join(align, "|")+"|")
 	for _, r := range rows {
-		c := gridCells(r)
-		var err error
-		if told {
-			_, err = fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], secs(r.Told), c[6])
-		} else {
-			_, err = fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6])
-		}
-		if err != nil {
+		c := gridCells(r, told)
+		c[0] = "`" + c[0] + "`"
+		if _, err := fmt.Fprintln(w, "| "+strings.Join(c, " | ")+" |"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// gridCells are a row's cells as the tables print them.
-func gridCells(r GridRow) [7]string {
+func hasTold(rows []GridRow) bool {
+	return slices.ContainsFunc(rows, func(r GridRow) bool { return r.Told != nil })
+}
+
+// gridColumns are the tables' column names, the Markdown table's or the
+// plain one's, with "told" before the misses when told.
+func gridColumns(told, markdown bool) []string {
+	cols := []string{"shape", "to 90% (s)", "share 5-15", "refusals/min", "into outage", "recovery (s)", "misses"}
+	if markdown {
+		cols[1], cols[2] = "to 90 % (s)", "share, min 5-15"
+	}
+	if told {
+		cols = slices.Insert(cols, len(cols)-1, "told (s)")
+	}
+	return cols
+}
+
+// gridCells are a row's cells as the tables print them, in gridColumns'
+// order.
+func gridCells(r GridRow, told bool) []string {
 	m := r.Metrics
 	miss := strings.Join(r.Misses, ",")
 	if miss == "" {
 		miss = "-"
 	}
-	return [7]string{r.Shape.Name(), secs(m.ColdStart90), pct(m.OKPerCapacity), fmt.Sprintf("%.2f", m.SignalsPerMin),
+	c := []string{r.Shape.Name(), secs(m.ColdStart90), pct(m.OKPerCapacity), fmt.Sprintf("%.2f", m.SignalsPerMin),
 		fmtIntPtr(m.StormKnown), secs(m.RecoverSeconds), miss}
+	if told {
+		c = slices.Insert(c, len(c)-1, secs(r.Told))
+	}
+	return c
 }
 
 // GridSummary says how many of the rows miss a target, and how many miss
