@@ -137,3 +137,37 @@ func TestRampupLowerWindowAfterClimb(t *testing.T) {
 	p.serve(w, 12*time.Second, nil)                             // into the next window
 	assert.GreaterOrEqual(t, r.good, 6.0, "not settled again under the lower statement (35 in 10 s)")
 }
+
+// TestRampupWindowFarOverBNotSettled (rule 7): a window's stated limit is
+// no ceiling to settle at when the server refused a rate under a quarter
+// of it since (B): a token bucket of 1.22 req/s stating X-RateLimit-*
+// read as a window of 30.5 req/s, and a scope settled there from G = 1.27
+// sent 29.9 req/s. Within 4 B, a window is still settled at: one spent
+// early by the slow start refuses slower rates.
+func TestRampupWindowFarOverBNotSettled(t *testing.T) {
+	for _, tc := range []struct {
+		quota  int
+		settle bool
+	}{
+		{103, false}, // 51.5 req/s: over 4 B
+		{60, true},   // 30 req/s: within 4 B
+	} {
+		p := settledAt8(t)
+		r := p.s.rampup
+		require.Equal(t, 8.1, r.bad, "the server refused 8.1 req/s")
+		end := p.now.Add(3 * time.Second) // the window's end, two answers a second apart before it
+		left := 5
+		for range 24 {
+			left = max(left-1, 0)
+			p.paced(1, 10*ms, Feedback{Status: 200, StatedRate: float64(tc.quota) / 2, HasWait: true, Wait: end.Sub(p.now),
+				Remaining: int64(left), HasRemaining: true})
+		}
+		require.True(t, r.windows, "%d per 2 s: read as a window", tc.quota)
+		if tc.settle {
+			assert.InDelta(t, 0.98*float64(tc.quota)/2, r.good, 1e-9, "%d per 2 s: settled 2 %% under it", tc.quota)
+		} else {
+			assert.Equal(t, 8.0, r.good, "%d per 2 s: G stays", tc.quota)
+			assert.LessOrEqual(t, p.rate(), 8.1, "%d per 2 s: no rate over B", tc.quota)
+		}
+	}
+}
