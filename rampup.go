@@ -35,10 +35,10 @@ package throttle
 //     held 5 s at most), backoff probes; a 2xx sent since resumes at G
 //     (measured, rule 3, if held), one sent in the run redoes it; a run
 //     a minute after either, or in the slow start, is a limiter's.
-//  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a
-//     window's below 4 B (a reset two answers a second apart share, no
-//     more left), tried after 30 s, climbs past it held two windows (B = G x
-//     quota/used if 10 % left); a moving reset is a hint: B in slow start.
+//  7. Stated. A RateLimit policy is a ceiling 2 % under it; so is a window's
+//     (a reset two answers a second apart share, none left; under 4 B and
+//     what a window let pass), tried after 30 s, climbs past it held two
+//     windows (B = G x quota/used if 10 % left); a moving reset: B in slow start.
 // R stays in [1/Backoff.MaxDelay, the slots' and Rampup.MaxRate's cap].
 
 import (
@@ -562,6 +562,19 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		r.stated, r.soft = s, false // rule 7: the ceiling is 2 % under it
 		r.settleAt(now, cfg, gc, s)
 	case !ans.policy && r.windows && (r.hinted == 0 || min(s, r.hint) < r.hinted && r.good <= r.hinted*(1+1e-9)) &&
+		r.overWindow(now, min(s, r.hint)):
+		// A window's limit under what the server let through over a
+		// window or more (overWindow) is no limit of its own: a leaky
+		// bucket's X-RateLimit-Reset, the time its burst takes to
+		// drain, read as a window's end. It is remembered as if
+		// settled at, so that it is not settled at later either, once
+		// an outage or a drain has cut the spans that refute it short.
+		// (nginx at 7 per minute, burst 10, read as stating 7 per 98 s,
+		// held 60 % of its limit from minute 6 to the outage at 15;
+		// HAProxy's 1 per 7 s stating X-RateLimit-* reached 90 % of its
+		// limit after 457 s, now 103 s.)
+		r.hinted = min(s, r.hint)
+	case !ans.policy && r.windows && (r.hinted == 0 || min(s, r.hint) < r.hinted && r.good <= r.hinted*(1+1e-9)) &&
 		(r.bad == 0 || min(s, r.hint) < rampupHintOverB*r.bad):
 		// A window's limit: settle 2 % under it, and never above
 		// unless that held a proof time with no refusal (servers mean
@@ -1080,6 +1093,22 @@ func (r *rampup) endRound(now time.Time, cfg *ScopeConfig, gc int) {
 		r.step = min(2*r.step, rampupProbeStep)
 	}
 	r.set(now, cfg, gc, r.climbTo())
+}
+
+// overWindow reports whether the server let more through than a window
+// of rate hint allows (rule 7), since the last drain ended or since G was
+// set, over at least the window (the longest wait for its reset the
+// server named): over a span T of a window W or more, a window's count
+// lets through at most its quota in each window T touches, hint x (T +
+// W), as the quota of the window that ends and of the one that begins
+// both fall in T.
+func (r *rampup) overWindow(now time.Time, hint float64) bool {
+	w := max(r.hintMem, time.Second)
+	over := func(at time.Time, ok int) bool {
+		t := now.Sub(at)
+		return !at.IsZero() && t >= w && float64(ok) > hint*(t+w).Seconds()*(1+rampupEpsilon)
+	}
+	return over(r.accAt, r.accOK) || over(r.gAt, r.gOK)
 }
 
 // settled reports whether G is within 2 % under B: the search is over,

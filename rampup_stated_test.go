@@ -171,3 +171,55 @@ func TestRampupWindowFarOverBNotSettled(t *testing.T) {
 		}
 	}
 }
+
+// TestRampupWindowRefutedByWhatPassed (rule 7): a window's stated limit
+// under what the server let through over a window or more is no window's
+// limit (over a span T of one window W or more, a window lets through at
+// most its rate times T + W): a leaky bucket's X-RateLimit-Reset, the
+// time its burst takes to drain, read as a window's end, held nginx's 7
+// per minute at 60 % of it. Refuted, it stays refuted once the spans that
+// refute it are cut short (an outage, a drain). Let through for less than
+// a window, the same statement is settled at: a window whose quota is not
+// spent yet lets any rate through.
+func TestRampupWindowRefutedByWhatPassed(t *testing.T) {
+	for _, tc := range []struct {
+		passed time.Duration // at 8 req/s before the statement
+		settle bool
+	}{
+		{30 * time.Second, false}, // three of its 10 s windows, at 8 times its rate
+		{5 * time.Second, true},   // half a window: its quota may be unspent yet
+	} {
+		p := newPolicy(t, rampConfig())
+		r := p.s.rampup
+		p.paced(1, 10*ms, ok) // the first answer: what passed is counted from here
+		r.rate, r.good, r.bad, r.step = 8, 8, 8.1, rampupEpsilon
+		r.gAt, r.changed, r.cut = p.now, p.now, p.now
+		r.probeAt = p.now.Add(time.Hour)
+		p.s.refresh()
+		for end := p.now.Add(tc.passed); p.now.Before(end); {
+			p.paced(1, 10*ms, ok)
+		}
+		// 10 per window of 10 s (1 req/s), its end fixed, the count left
+		// never rising: a window, as rule 7 reads one.
+		reset := p.now.Add(10 * time.Second)
+		stated := func(n int) {
+			for range n {
+				p.paced(1, 10*ms, Feedback{Status: 200, StatedRate: 1, HasWait: true, Wait: reset.Sub(p.now),
+					Remaining: 1, HasRemaining: true})
+			}
+		}
+		stated(24)
+		require.True(t, r.windows, "passed %v: read as a window", tc.passed)
+		if tc.settle {
+			assert.InDelta(t, 0.98, r.good, 1e-9, "passed %v: settled 2 %% under it", tc.passed)
+			continue
+		}
+		assert.Equal(t, 8.0, r.good, "passed %v: G stays", tc.passed)
+		assert.Equal(t, 8.0, p.rate(), "passed %v: R stays", tc.passed)
+		// The spans that refuted it cut short, as an outage's end does:
+		// the statement is still no window's limit.
+		r.accAt, r.accOK, r.gAt, r.gOK = p.now, 0, p.now, 0
+		stated(8)
+		assert.Equal(t, 8.0, r.good, "refuted before: G stays")
+	}
+}
