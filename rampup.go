@@ -556,13 +556,16 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 	if r.soft && ans.remaining >= 0 && (r.hintLeft < 0 || ans.remaining < r.hintLeft) {
 		r.hintLeft = ans.remaining
 	}
+	// A window's limit (rule 7): the lowest stated, news unless G was
+	// proven above a lower one already settled at.
+	h := min(ans.stated, r.hint)
+	window := !ans.policy && r.windows && (r.hinted == 0 || h < r.hinted && r.good <= r.hinted*(1+1e-9))
 	switch s := ans.stated; {
 	case s <= 0 || s >= rampupMaxRate:
 	case ans.policy && (r.stated == 0 || r.soft || s < r.stated):
 		r.stated, r.soft = s, false // rule 7: the ceiling is 2 % under it
 		r.settleAt(now, cfg, gc, s)
-	case !ans.policy && r.windows && (r.hinted == 0 || min(s, r.hint) < r.hinted && r.good <= r.hinted*(1+1e-9)) &&
-		r.overWindow(now, min(s, r.hint)):
+	case window && r.overWindow(now, h):
 		// A window's limit under what the server let through over a
 		// window or more (overWindow) is no limit of its own: a leaky
 		// bucket's X-RateLimit-Reset, the time its burst takes to
@@ -573,9 +576,8 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		// held 60 % of its limit from minute 6 to the outage at 15;
 		// HAProxy's 1 per 7 s stating X-RateLimit-* reached 90 % of its
 		// limit after 457 s, now 103 s.)
-		r.hinted = min(s, r.hint)
-	case !ans.policy && r.windows && (r.hinted == 0 || min(s, r.hint) < r.hinted && r.good <= r.hinted*(1+1e-9)) &&
-		(r.bad == 0 || min(s, r.hint) < rampupHintOverB*r.bad):
+		r.hinted = h
+	case window && (r.bad == 0 || h < rampupHintOverB*r.bad):
 		// A window's limit: settle 2 % under it, and never above
 		// unless that held a proof time with no refusal (servers mean
 		// their reset differently: two windows ahead makes it half).
@@ -597,8 +599,8 @@ func (r *rampup) onAnswer(now time.Time, cfg *ScopeConfig, ans *answer) rampupVe
 		// refusals a minute; on eight grids, 4 shapes of bucket, GCRA
 		// and nginx stating X-RateLimit-* leave the refusal target's
 		// misses thus, and no target is missed more.)
-		r.hint = min(s, r.hint)
-		r.hinted, r.stated, r.soft = r.hint, r.hint, true
+		r.hint = h
+		r.hinted, r.stated, r.soft = h, h, true
 		r.settleAt(now, cfg, gc, r.hint)
 	case !ans.policy && r.step == 0 && s > r.good && (r.bad == 0 || s < r.bad) && !r.windows:
 		// A hint, in the slow start: bisect towards it rather than
