@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
 	"testing"
@@ -501,9 +502,14 @@ func TestRampupLearnedRoundTrip(t *testing.T) {
 		}
 	}
 	want := *p.s.rampup
-	st := p.s.exportLearned()
-	ramp := learnedState{Ramp: st.Ramp}
+	exported := p.s.exportLearned()
+	ramp := learnedState{Ramp: exported.Ramp}
 	assert.Len(t, ramp.times(), times, "learnedState.times misses a time of rampup")
+	// Through JSON, as a store keeps it: a key two fields share loses both.
+	js, err := json.Marshal(&exported)
+	require.NoError(t, err)
+	var st learnedState
+	require.NoError(t, json.Unmarshal(js, &st))
 	q := newPolicy(t, rampConfig())
 	require.NoError(t, q.s.importLearned(&st))
 	got := *q.s.rampup
@@ -1046,4 +1052,28 @@ func TestRampupRefusalUnderGIsTheClimbs(t *testing.T) {
 	p.now = r.under
 	require.True(t, p.until(rampupRoundNearB+2, 50*ms, ok, func() bool { return p.rate() == 4 }),
 		"back to G once the while is over")
+}
+
+// TestRampupCutsOfOneEpisodeMeasureItWhole: a G that rule 3 cut, refused
+// again before it held (5 s and 10 successes), falls to what the server
+// delivered since the G it was cut from was set: one episode, measured
+// whole. Measured over the few seconds since the cut, each refusal of a
+// sliding window letting go of a climb's excess halved it.
+func TestRampupCutsOfOneEpisodeMeasureItWhole(t *testing.T) {
+	p, g := cutAt10(t)
+	r := p.s.rampup
+	for i := range 3 {
+		p.paced(1, 10*ms, ok) // the drain is over: back at G
+		// A few seconds more, a success a second (the window refuses
+		// the rest, not asked here), then a refusal at G.
+		for range 6 {
+			p.now = p.now.Add(time.Second)
+			p.answer(p.now.Add(-10*ms), ok)
+		}
+		p.paced(1, 10*ms, tooMany)
+		// 600 successes over 60 s, then a few a second: the episode's
+		// rate stays near 9.
+		assert.Greater(t, r.good, 0.8*g, "cut %d: measured over the episode, not halved", i+2)
+		assert.Less(t, r.good, g, "cut %d: still a cut", i+2)
+	}
 }
