@@ -1077,3 +1077,32 @@ func TestRampupCutsOfOneEpisodeMeasureItWhole(t *testing.T) {
 		assert.Less(t, r.good, g, "cut %d: still a cut", i+2)
 	}
 }
+
+// TestRampupOutlivedGIsNotHeld (rule 6): a G that outlived a drain, the
+// server delivering a fraction of it, was never held, and an outage does
+// not undo to it. HAProxy answering 503 at 9 per 9 s let the slow start
+// prove 8 req/s inside its allowance; its 17 s drain then counted as
+// holding 8, and each run of 503s after was undone to it: a minute at 8
+// times the limit, 18 % of it over the field suite's last third (with a
+// slow start a second quicker than today's, which met that timing).
+func TestRampupOutlivedGIsNotHeld(t *testing.T) {
+	p := newPolicy(t, rampConfig())
+	r := p.s.rampup
+	p.slowStartTo(16)
+	p.paced(1, 10*ms, tooMany) // the slow start ends: G 8
+	require.Equal(t, 8.0, r.good)
+	// 12 s of a success a second, the rest refused (not asked here):
+	// trusted by time and count, 1 req/s delivered.
+	for range 12 {
+		p.now = p.now.Add(time.Second)
+		p.answer(p.now.Add(-10*ms), ok)
+	}
+	assert.Less(t, r.held, 8.0, "outlived at an eighth of it: not held")
+	// A run of 503s at G: the first cuts G to what was delivered, the
+	// fourth is an outage, which does not undo the cut to a G never held.
+	for range 4 {
+		p.paced(1, 10*ms, Feedback{Status: 503})
+	}
+	require.True(t, r.paused)
+	assert.Less(t, r.good, 2.0, "what the refusals left, not 8")
+}
